@@ -1,0 +1,47 @@
+"""Logging: one ``torchair_dist`` logger, level from ``TORCHAIR_DIST_LOG_LEVEL``, rank-prefixed."""
+from __future__ import annotations
+
+import logging
+import os
+
+LOGGER_NAME = "torchair_dist"
+ENV_LEVEL = "TORCHAIR_DIST_LOG_LEVEL"
+_initialised = False
+
+
+class _RankFilter(logging.Filter):
+    """Adds ``%(rank)s``: "[rank N] " inside a process group, "" outside."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        rank = os.environ.get("RANK")
+        try:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                rank = str(dist.get_rank())
+        except Exception:  # logging must never fail
+            pass
+        record.rank = f"[rank {rank}] " if rank is not None else ""
+        return True
+
+
+def init_logging() -> logging.Logger:
+    """Configure the library logger once per process and return it."""
+    global _initialised
+    logger = logging.getLogger(LOGGER_NAME)
+    if _initialised:
+        return logger
+    _initialised = True
+    level_name = os.environ.get(ENV_LEVEL, "WARNING").upper()
+    level = logging.getLevelName(level_name)
+    if not isinstance(level, int):
+        logger.warning("%s=%r is not a logging level; using WARNING", ENV_LEVEL, level_name)
+        level = logging.WARNING
+    logger.setLevel(level)
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.addFilter(_RankFilter())
+        handler.setFormatter(logging.Formatter("%(rank)s%(levelname)s torchair_dist: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    return logger

@@ -1,0 +1,127 @@
+"""``get_npu_backend``: the torch.compile backend entry and its AOT wiring."""
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Dict, Mapping, Optional
+
+import torch
+from torch._functorch.aot_autograd import aot_module_simplified
+
+from . import platform
+from ._logging import init_logging
+from .collectives import p2p
+from .compiler import NpuFxCompiler, get_compiler
+from .configs import MODES, CompilerConfig, apply_compile_options, check_config_support
+from .decompositions import merge_decompositions
+from .errors import ConfigError, ConfigTypeError
+from .patches import apply_platform_patches
+
+log = logging.getLogger("torchair_dist")
+
+
+def get_npu_backend(*, compiler_config: Optional[CompilerConfig] = None,
+                    custom_decompositions: Mapping = {}):  # noqa: B006 - TorchAir's signature
+    """A torch.compile backend for per-rank graph compilation.
+
+    Args:
+        compiler_config: the backend's ``CompilerConfig``; ``None`` makes a fresh default one.
+        custom_decompositions: ``{op overload: function}`` merged over the defaults (platform
+            patches still have the last word).
+
+    Returns a new ``functools.partial`` over the backend entry on every call, so backends
+    with different configs coexist in one process.
+    """
+    init_logging()
+    if compiler_config is None:
+        compiler_config = CompilerConfig()
+    elif not isinstance(compiler_config, CompilerConfig):
+        raise ConfigTypeError(f"compiler_config must be a torchair_dist.CompilerConfig, got "
+                              f"{type(compiler_config).__name__}")
+    check_config_support(compiler_config)
+    decompositions = merge_decompositions(custom_decompositions)
+    apply_platform_patches()
+    return functools.partial(_npu_backend, compiler_config=compiler_config,
+                             decompositions=decompositions)
+
+
+_determinism_warned = False
+
+
+def install_determinism_guard() -> bool:
+    """Install torch_npu's deterministic-level guard when it exists; else warn once when
+    deterministic algorithms were requested (nothing guards them here). True if installed."""
+    global _determinism_warned
+    if platform.current().name == "npu":
+        try:
+            from torch_npu.dynamo._deterministic_guard import \
+                install_npu_deterministic_level_guard
+        except ImportError:
+            pass
+        else:
+            install_npu_deterministic_level_guard()
+            return True
+    if torch.are_deterministic_algorithms_enabled() and not _determinism_warned:
+        _determinism_warned = True
+        log.warning("deterministic algorithms are on but no deterministic-level guard is "
+                    "available on %s; a change of the setting will not recompile graphs",
+                    platform.current().name)
+    return False
+
+
+def _apply_torch_compile_mode(config: CompilerConfig, mode: Optional[str]) -> CompilerConfig:
+    if mode is None:
+        return config
+    if mode not in MODES:
+        raise ConfigError(f"torch.compile(mode={mode!r}) is not a torchair_dist mode; expected "
+                          f"one of {list(MODES)} (or set CompilerConfig.mode)")
+    config = config.copy()
+    config.mode = mode
+    return config
+
+
+def _npu_backend(gm: torch.fx.GraphModule, example_inputs, *, compiler_config: CompilerConfig,
+                 decompositions: Dict, **kwargs: Any):
+    """What torch.compile calls, once per Dynamo graph."""
+    install_determinism_guard()
+    unknown = set(kwargs) - {"options", "mode"}
+    if unknown:
+        raise ConfigError(f"unexpected torch.compile arguments {sorted(unknown)}")
+    # Work on a private copy: options= and the send/recv pass must not leak into the
+    # backend's config object, which other compiles share.
+    config = apply_compile_options(compiler_config, kwargs.get("options"))
+    config = _apply_torch_compile_mode(config, kwargs.get("mode"))
+    if config is compiler_config:
+        config = config.copy()
+    gm = p2p.preprocess_send_recv(gm, config)
+    compiler = get_compiler(config)
+    return compile_with_aot(gm, example_inputs, compiler, decompositions)
+
+
+def compile_with_aot(gm, example_inputs, compiler: NpuFxCompiler, decompositions: Dict):
+    """AOT autograd with our compilers; inference graphs keep input mutations in-graph."""
+    keep = compiler.config.experimental_config.keep_inference_input_mutations.raw
+    return aot_module_simplified(
+        gm, example_inputs,
+        fw_compiler=compiler.forward,
+        bw_compiler=compiler.backward,
+        inference_compiler=compiler.inference,
+        decompositions=decompositions,
+        keep_inference_input_mutations=keep,
+    )
+
+
+def _named_mode_backend(mode: str):
+    def backend(gm, example_inputs, **kwargs):
+        config = CompilerConfig()
+        config.mode = mode
+        return get_npu_backend(compiler_config=config)(gm, example_inputs, **kwargs)
+
+    backend.__name__ = f"torchair_dist_{mode.replace('-', '_')}"
+    return backend
+
+
+# Registered with Dynamo through entry points (pyproject.toml, group torch_dynamo_backends):
+# torch.compile(m, backend="npugraph_ex", options={...}).
+npugraph_ex_backend = _named_mode_backend("npugraph_ex")
+npu_backend = _named_mode_backend("max-autotune")

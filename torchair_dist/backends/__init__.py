@@ -1,0 +1,4 @@
+"""Per-rank graph backends. Each backend package exposes ``compile_graph(ctx) -> runner``.
+
+A backend never imports another backend; ``torchair_dist.compiler`` picks one per mode.
+"""

@@ -1,0 +1,63 @@
+"""ACL-graph backend (modes ``npugraph_ex`` and ``reduce-overhead``).
+
+``compile_graph(ctx)`` generates a runner from the FX graph. With a device graph class
+(``torch.npu.NPUGraph`` / ``torch.cuda.CUDAGraph``) it captures per graph key and replays. On
+CPU there is no capture: the generated forward runs directly, with the same input, output and
+mutation semantics; ``TORCHAIR_DIST_CPU_CAPTURE=emulate`` swaps in a CPU stand-in graph so the
+capture/replay bookkeeping itself runs (the tests use it).
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from ... import platform as _platform
+from ...debug import dump_fx_graph
+from ..context import GraphContext
+from .capture import DeviceGraph, EmulatedGraph
+from .codegen import generate_forward
+from .runner import AclGraphRunner
+
+log = logging.getLogger("torchair_dist")
+
+CPU_CAPTURE_ENV = "TORCHAIR_DIST_CPU_CAPTURE"
+
+
+def graph_device_type(ctx: GraphContext) -> str:
+    """The device of the graph's tensor inputs ('cpu' when it has none)."""
+    for x in ctx.example_inputs:
+        if isinstance(x, torch.Tensor):
+            return x.device.type
+    return "cpu"
+
+
+def graph_factory_for(ctx: GraphContext):
+    """A zero-argument factory of capture graphs, or None to run without capture."""
+    plat = _platform.for_device(graph_device_type(ctx))
+    if plat.has_graph_capture:
+        cfg = ctx.config
+        pool = cfg.aclgraph_config.use_custom_pool.raw
+        share = pool is not None or not cfg.debug.aclgraph.disable_mempool_reuse_in_same_fx.raw
+        if share and pool is None:
+            pool = plat.graph_pool_handle()
+        mode = cfg.npugraphex_config.capture_error_mode.raw
+        return lambda: DeviceGraph(plat, pool if share else None, mode)
+    if os.environ.get(CPU_CAPTURE_ENV) == "emulate":
+        return EmulatedGraph
+    return None
+
+
+def compile_graph(ctx: GraphContext):
+    """Compile one AOT graph for the ACL modes; returns a boxed runner."""
+    generated = generate_forward(ctx.gm, ctx.graph_name)
+    dump_fx_graph(ctx.gm, ctx.config, ctx.graph_name, ctx.rank, generated.source)
+    factory = graph_factory_for(ctx)
+    if factory is None:
+        log.debug("%s: no graph capture on this device; running the generated forward",
+                  ctx.graph_name)
+        return generated.fn
+    runner = AclGraphRunner(generated.fn, ctx, factory)
+    runner.source = generated.source
+    return runner

@@ -1,0 +1,107 @@
+"""What a converter gets: the builder, the FX node, and helpers to emit common GE patterns."""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from ....errors import UnsupportedOpError
+from ..builder import GraphBuilder, TensorRef, static_shape
+from ..dtypes import ge_dtype
+
+Value = Union[TensorRef, int, float, bool]
+
+
+def meta_desc(val: Any) -> Tuple[torch.dtype, Tuple[int, ...]]:
+    """(dtype, shape with -1 for symbols) of a FakeTensor / SymInt meta value."""
+    if isinstance(val, torch.Tensor):
+        return val.dtype, static_shape(val.shape)
+    if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+        return torch.int64, ()
+    if isinstance(val, (torch.SymFloat, float)):
+        return torch.float32, ()
+    if isinstance(val, (torch.SymBool, bool)):
+        return torch.bool, ()
+    raise UnsupportedOpError(f"cannot describe a GE tensor for meta value {val!r}")
+
+
+class ConvertContext:
+    """Per-node conversion state handed to converters as ``cx``."""
+
+    def __init__(self, builder: GraphBuilder, rank: int = 0, world_size: int = 1) -> None:
+        self.b = builder
+        self.rank = rank
+        self.world_size = world_size
+        self.node: Optional[torch.fx.Node] = None
+        self.keep_alive: List[str] = []  # side-effect ops NetOutput must depend on
+
+    # -- the node being converted -------------------------------------------------------------
+    @property
+    def val(self) -> Any:
+        return self.node.meta.get("val") if self.node is not None else None
+
+    def out(self, i: Optional[int] = None) -> Tuple[torch.dtype, Tuple[int, ...]]:
+        """Descriptor of the node's output (or its i-th output for tuple-valued nodes)."""
+        val = self.val if i is None else self.val[i]
+        return meta_desc(val)
+
+    @property
+    def out_dtype(self) -> torch.dtype:
+        return self.out()[0]
+
+    # -- emitting ------------------------------------------------------------------------------
+    def emit(self, op_type: str, inputs: Sequence[Tuple[str, Any]], attrs: Optional[dict] = None,
+             outputs: Optional[Sequence[Tuple[str, Any]]] = None,
+             control: Sequence[Any] = ()) -> List[TensorRef]:
+        if outputs is None:
+            outputs = [("y", self.out())]
+        refs = self.b.op(op_type, inputs, attrs, outputs, name=self._op_name(op_type),
+                         control=control)
+        if self.node is not None:
+            self.b.graph.op[-1].attr["_fx_node"].s = self.node.name.encode()
+        return refs
+
+    def emit1(self, op_type: str, inputs: Sequence[Tuple[str, Any]], attrs: Optional[dict] = None,
+              desc: Optional[Tuple[torch.dtype, Sequence[int]]] = None, port: str = "y") -> TensorRef:
+        return self.emit(op_type, inputs, attrs, [(port, desc or self.out())])[0]
+
+    def _op_name(self, op_type: str) -> str:
+        return op_type if self.node is None else f"{self.node.name}_{op_type}"
+
+    def const(self, value: Any, dtype: Optional[torch.dtype] = None) -> TensorRef:
+        ref = self.b.const(value, dtype, name=self._op_name("Const"))
+        if self.node is not None:
+            self.b.graph.op[-1].attr["_fx_node"].s = self.node.name.encode()
+        return ref
+
+    def cast(self, x: TensorRef, dtype: torch.dtype) -> TensorRef:
+        if x.dtype == dtype:
+            return x
+        return self.emit1("Cast", [("x", x)], {"dst_type": int(ge_dtype(dtype))}, (dtype, x.shape))
+
+    def tensor(self, x: Value, dtype: Optional[torch.dtype] = None) -> TensorRef:
+        """``x`` as a GE tensor of ``dtype``: a TensorRef cast if needed, a number as a Const."""
+        if isinstance(x, TensorRef):
+            return self.cast(x, dtype) if dtype is not None else x
+        if isinstance(x, (torch.SymInt, torch.SymFloat)):
+            raise UnsupportedOpError(f"symbolic value {x} reached a converter unconverted")
+        return self.const(x, dtype)
+
+    def int_list(self, values: Sequence[Any], dtype: torch.dtype = torch.int64) -> TensorRef:
+        """A 1-D int tensor from ints and/or scalar int refs (symbolic sizes): Const or Pack."""
+        if all(isinstance(v, int) for v in values):
+            return self.const(list(values), dtype)
+        parts = [self.tensor(v, dtype) for v in values]
+        return self.emit1("Pack", [("x", parts)], {"axis": 0, "N": len(parts)},
+                          (dtype, (len(parts),)))
+
+    def shape_of(self, x: TensorRef) -> TensorRef:
+        """The run-time shape of ``x`` as an int64 tensor (a Const when fully static)."""
+        if all(d >= 0 for d in x.shape):
+            return self.const(list(x.shape), torch.int64)
+        return self.emit1("Shape", [("x", x)], {"dtype": int(ge_dtype(torch.int64))},
+                          (torch.int64, (len(x.shape),)))
+
+    def reshape(self, x: TensorRef, shape: Sequence[Any], desc_shape: Sequence[int]) -> TensorRef:
+        return self.emit1("Reshape", [("x", x), ("shape", self.int_list(shape))], None,
+                          (x.dtype, tuple(desc_shape)))

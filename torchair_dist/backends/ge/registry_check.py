@@ -1,0 +1,179 @@
+"""Validate GE graphs against GE's operator IR registry (``ge_op_registry.json``).
+
+Checks, per op: the op type exists; the input descriptors name the IR inputs in registry order
+(optional inputs may be skipped, dynamic inputs appear as ``<name>0``, ``<name>1``, ...); every
+data input is ``"<op>:<i>"`` of an earlier op that has an output ``i``, and control edges
+(``":-1"``) come last; output descriptors follow the IR outputs; required attributes are present
+and every registry attribute has the registry's type. Attributes whose name starts with ``_`` are
+private annotations and are not checked; any other attribute the IR does not declare is an error.
+
+The registry file is ``$TORCHAIR_DIST_GE_REGISTRY`` if set, else ``<repo>/../shared/
+ge_op_registry.json`` relative to this package. The four framework ops GE defines outside the
+operator library (``Data``, ``Const``, ``NetOutput``, ``Cast``) are not in that file and are
+declared in :data:`BUILTIN_OPS` below.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from ...errors import TorchairDistError
+from .proto import AttrDef, GraphDef, ModelDef
+
+ENV_REGISTRY = "TORCHAIR_DIST_GE_REGISTRY"
+
+
+class GeRegistryError(TorchairDistError, FileNotFoundError):
+    """The GE operator registry file cannot be found or read."""
+
+
+class GeGraphInvalidError(TorchairDistError, ValueError):
+    """A GE graph breaks the operator IR; the message lists every problem found."""
+
+
+def _port(name: str, kind: str = "required") -> dict:
+    return {"name": name, "kind": kind}
+
+
+BUILTIN_OPS: Dict[str, dict] = {
+    "Data": {"inputs": [_port("x", "optional")], "outputs": [_port("y")],
+             "attrs": [{"name": "index", "type": "Int", "required": False}]},
+    "Const": {"inputs": [], "outputs": [_port("y")],
+              "attrs": [{"name": "value", "type": "Tensor", "required": True}]},
+    "NetOutput": {"inputs": [_port("x", "dynamic")], "outputs": [_port("y", "dynamic")],
+                  "attrs": []},
+    "Cast": {"inputs": [_port("x")], "outputs": [_port("y")],
+             "attrs": [{"name": "dst_type", "type": "Int", "required": True}]},
+}
+
+# Registry attribute type -> the AttrDef oneof field (and list val_type) that encodes it.
+_SCALAR_FIELD = {"Int": "i", "int": "i", "Float": "f", "Bool": "b", "String": "s", "Type": "dt",
+                 "Tensor": "t", "ListListInt": "list_list_int", "ListListFloat": "list_list_float"}
+_LIST_TYPE = {"ListInt": (AttrDef.ListValue.VT_LIST_INT, "i"),
+              "ListFloat": (AttrDef.ListValue.VT_LIST_FLOAT, "f"),
+              "ListBool": (AttrDef.ListValue.VT_LIST_BOOL, "b"),
+              "ListString": (AttrDef.ListValue.VT_LIST_STRING, "s"),
+              "ListType": (AttrDef.ListValue.VT_LIST_DATA_TYPE, "dt")}
+
+
+def default_registry_path() -> Path:
+    env = os.environ.get(ENV_REGISTRY)
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[3]
+    return repo.parent / "shared" / "ge_op_registry.json"
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: str) -> Dict[str, dict]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            ops = json.load(f)["ops"]
+    except FileNotFoundError:
+        raise GeRegistryError(
+            f"GE operator registry not found at {path}; set ${ENV_REGISTRY} to the path of "
+            f"ge_op_registry.json"
+        ) from None
+    except (OSError, ValueError, KeyError) as e:
+        raise GeRegistryError(f"cannot read GE operator registry {path}: {e}") from None
+    return {**ops, **BUILTIN_OPS}
+
+
+def load_registry(path: Optional[os.PathLike] = None) -> Dict[str, dict]:
+    """``{op_type: {"inputs", "outputs", "attrs"}}``; raises GeRegistryError if missing."""
+    return _load(str(path or default_registry_path()))
+
+
+def _match_ports(descs: List[str], ports: List[dict]) -> Optional[str]:
+    """None if the descriptor names follow the IR ports in order, else what is wrong."""
+    i = 0
+    for port in ports:
+        name, kind = port["name"], port["kind"]
+        if kind == "dynamic":
+            n = 0
+            while i < len(descs) and descs[i] == f"{name}{n}":
+                i, n = i + 1, n + 1
+        elif i < len(descs) and descs[i] == name:
+            i += 1
+        elif kind == "required":
+            return f"missing required port {name!r}"
+    if i != len(descs):
+        return f"unexpected port {descs[i]!r} (IR order: {[p['name'] for p in ports]})"
+    return None
+
+
+def _attr_type_ok(attr: AttrDef, typ: str) -> bool:
+    which = attr.WhichOneof("value")
+    if typ in _SCALAR_FIELD:
+        return which == _SCALAR_FIELD[typ]
+    if typ in _LIST_TYPE:
+        val_type, field = _LIST_TYPE[typ]
+        if which != "list":
+            return False
+        lst = attr.list
+        return lst.val_type == val_type or (lst.val_type == 0 and len(getattr(lst, field)) > 0)
+    return which is not None  # types we do not model: presence only
+
+
+def check_graph(graph: GraphDef, registry: Optional[Dict[str, dict]] = None) -> List[str]:
+    """Every problem of ``graph`` as one line each (empty when valid)."""
+    reg = registry if registry is not None else load_registry()
+    problems: List[str] = []
+    outputs_of: Dict[str, int] = {}
+    for op in graph.op:
+        where = f"{op.type} {op.name!r}"
+        ir = reg.get(op.type)
+        if ir is None:
+            problems.append(f"{where}: op type {op.type!r} is not in the GE operator registry")
+            outputs_of[op.name] = len(op.output_desc)
+            continue
+        seen_control = False
+        n_data = 0
+        for inp in op.input:
+            src, _, idx = inp.rpartition(":")
+            if idx == "-1":
+                seen_control = True
+                if src not in outputs_of:
+                    problems.append(f"{where}: control input {inp!r} is not an earlier op")
+                continue
+            n_data += 1
+            if seen_control:
+                problems.append(f"{where}: data input {inp!r} after a control edge")
+            if src not in outputs_of or not idx.isdigit() or int(idx) >= outputs_of[src]:
+                problems.append(f"{where}: input {inp!r} is not an output of an earlier op")
+        if n_data != len(op.input_desc):
+            problems.append(f"{where}: {n_data} data inputs but {len(op.input_desc)} input descs")
+        bad = _match_ports([d.name for d in op.input_desc], ir["inputs"])
+        if bad:
+            problems.append(f"{where}: inputs: {bad}")
+        bad = _match_ports([d.name for d in op.output_desc], ir["outputs"])
+        if bad:
+            problems.append(f"{where}: outputs: {bad}")
+        declared = {a["name"]: a for a in ir["attrs"]}
+        for a in ir["attrs"]:
+            if a.get("required") and a["name"] not in op.attr:
+                problems.append(f"{where}: required attribute {a['name']!r} ({a['type']}) missing")
+        for key, value in op.attr.items():
+            if key.startswith("_"):
+                continue
+            if key not in declared:
+                problems.append(f"{where}: attribute {key!r} is not declared by the IR")
+            elif not _attr_type_ok(value, declared[key]["type"]):
+                problems.append(f"{where}: attribute {key!r} is not of type "
+                                f"{declared[key]['type']} (got {value.WhichOneof('value')})")
+        outputs_of[op.name] = len(op.output_desc)
+    return problems
+
+
+def validate(model_or_graph, registry: Optional[Dict[str, dict]] = None) -> None:
+    """Raise GeGraphInvalidError listing every problem of a ModelDef/GraphDef."""
+    graphs = model_or_graph.graph if isinstance(model_or_graph, ModelDef) else [model_or_graph]
+    problems = [p for g in graphs for p in check_graph(g, registry)]
+    if problems:
+        name = graphs[0].name if graphs else "?"
+        raise GeGraphInvalidError(
+            f"GE graph {name!r} is not valid against the GE operator registry "
+            f"({len(problems)} problems):\n  " + "\n  ".join(problems))

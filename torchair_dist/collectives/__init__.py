@@ -1,0 +1,1 @@
+"""Collective-aware capture: op library, remaps, decompositions, p2p, groups, consistency."""

@@ -1,0 +1,51 @@
+"""The library's exception hierarchy.
+
+Every error raised on purpose by torchair_dist subclasses :class:`TorchairDistError`, and its
+message names the option, op, node or rank involved and says what the user can do about it.
+Some also subclass the matching builtin (``ValueError``, ``TypeError``, ...) so code written for
+TorchAir's behaviour keeps catching what it caught there.
+"""
+
+
+class TorchairDistError(Exception):
+    """Base class of every error torchair_dist raises on purpose."""
+
+
+class ConfigError(TorchairDistError, ValueError):
+    """A config option or ``torch.compile(options=...)`` key is unknown or has a bad value."""
+
+
+class ConfigTypeError(TorchairDistError, TypeError):
+    """A config option was given a value of the wrong type."""
+
+
+class ConfigPathError(TorchairDistError, FileNotFoundError):
+    """A config option that must name an existing file or directory does not."""
+
+
+class UnsupportedModeError(TorchairDistError, ValueError):
+    """``CompilerConfig.mode`` names no backend."""
+
+
+class BackendUnavailableError(TorchairDistError, RuntimeError):
+    """The backend a mode dispatches to cannot run on this host (missing package or device)."""
+
+
+class GraphValidationError(TorchairDistError, RuntimeError):
+    """A captured graph breaks a rule the compiler relies on (e.g. unbalanced stream scopes)."""
+
+
+class UnsupportedOpError(TorchairDistError, NotImplementedError):
+    """A graph holds ops a backend cannot lower; the message lists all of them at once."""
+
+
+class CollectiveCaptureError(TorchairDistError, RuntimeError):
+    """A ``torch.distributed`` call cannot be captured into the graph."""
+
+
+class CollectiveMismatchError(TorchairDistError, RuntimeError):
+    """Ranks compiled different collective sequences; the message names the first divergence."""
+
+
+class CacheRejectedError(TorchairDistError, RuntimeError):
+    """A compile-cache entry was refused (ownership, permissions, hash, version)."""

@@ -1,0 +1,138 @@
+"""The common pass list run on every AOT graph before a backend sees it.
+
+Order (``common_passes``): custom pre pass, noop removal, view->reshape, the optional
+``npu_fx_pass`` patterns, custom post pass. Each pass is ``(gm, example_inputs, config) -> gm``.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, List
+
+import torch
+import torch.fx
+
+log = logging.getLogger("torchair_dist")
+aten = torch.ops.aten
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _same_shape(a, b) -> bool:
+    va, vb = _val(a), _val(b)
+    return (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor)
+            and va.shape == vb.shape and va.dtype == vb.dtype and va.device == vb.device
+            and va.stride() == vb.stride())
+
+
+def _is_noop(node: torch.fx.Node) -> bool:
+    target, args = node.target, node.args
+    if target in (aten.view.default, aten.reshape.default, aten._unsafe_view.default,
+                  aten.expand.default, aten.alias.default):
+        return _same_shape(node, args[0])
+    if target is aten.slice.Tensor:
+        dim = args[1] if len(args) > 1 else 0
+        start = args[2] if len(args) > 2 else None
+        end = args[3] if len(args) > 3 else None
+        step = args[4] if len(args) > 4 else 1
+        val = _val(args[0])
+        return (val is not None and step == 1 and start in (None, 0)
+                and (end is None or (isinstance(end, int) and end >= val.shape[dim]))
+                and _same_shape(node, args[0]))
+    if target in (aten._to_copy.default, aten.clone.default):
+        return False  # they create new storage: removing them could alias an input/output
+    if target is aten.cat.default:
+        return len(args[0]) == 1 and _same_shape(node, args[0][0])
+    return False
+
+
+def remove_noop_ops(gm, example_inputs, config):
+    """Replace ops that return their input unchanged (same shape/stride/dtype) by the input.
+
+    Requires: node.meta["val"] (AOT provides it). Guarantees: numerics unchanged; a node whose
+    value is a graph output or is written by copy_ is kept, so no output starts aliasing an
+    input that did not before.
+    """
+    if not config.experimental_config.remove_noop_ops.raw:
+        return gm
+    removed = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or not _is_noop(node):
+            continue
+        if any(u.op == "output" or u.target is aten.copy_.default for u in node.users):
+            continue
+        src = node.args[0][0] if node.target is aten.cat.default else node.args[0]
+        node.replace_all_uses_with(src)
+        gm.graph.erase_node(node)
+        removed += 1
+    if removed:
+        gm.graph.lint()
+        gm.recompile()
+        log.debug("remove_noop_ops: %d ops removed", removed)
+    return gm
+
+
+def view_to_reshape(gm, example_inputs, config):
+    """Replace ``aten.view`` by ``aten.reshape`` so later passes may change layouts freely.
+
+    Guarantees: same values (reshape of a contiguous tensor is a view).
+    """
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is aten.view.default:
+            node.target = aten.reshape.default
+            changed = True
+    if changed:
+        gm.recompile()
+    return gm
+
+
+def collapse_view_chains(gm, example_inputs, config):
+    """(``npu_fx_pass``) reshape(reshape(x, a), b) -> reshape(x, b) when the inner has no
+    other user. Guarantees: same values; fewer nodes for the backends to lower."""
+    if not config.experimental_config.npu_fx_pass.raw:
+        return gm
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is aten.reshape.default:
+            inner = node.args[0]
+            if (isinstance(inner, torch.fx.Node) and inner.target is aten.reshape.default
+                    and len(inner.users) == 1):
+                node.args = (inner.args[0],) + tuple(node.args[1:])
+                gm.graph.erase_node(inner)
+                changed = True
+    if changed:
+        gm.recompile()
+    return gm
+
+
+def _custom(name: str) -> Callable:
+    def run(gm, example_inputs, config):
+        fn = config.option(name).raw
+        if fn is not None:
+            result = fn(gm.graph)  # inductor's convention: the pass edits the fx.Graph
+            if isinstance(result, torch.fx.GraphModule):
+                gm = result
+            gm.graph.lint()
+            gm.recompile()
+        return gm
+
+    run.__name__ = name
+    run.__doc__ = f"Run config.{name}(graph) if set (the user's pass edits the graph in place)."
+    return run
+
+
+COMMON_PASSES: List[Callable] = [
+    _custom("post_grad_custom_pre_pass"),
+    remove_noop_ops,
+    view_to_reshape,
+    collapse_view_chains,
+    _custom("post_grad_custom_post_pass"),
+]
+
+
+def run_common_passes(gm, example_inputs, config):
+    for p in COMMON_PASSES:
+        gm = p(gm, example_inputs, config)
+    return gm

@@ -1,0 +1,132 @@
+"""The platform layer: Ascend NPU, NVIDIA GPU or CPU.
+
+Everything device-specific the rest of the library needs comes from :func:`current`: the device
+type, the process-group backend, the graph-capture class, and the stream/event classes.
+``torch_npu`` is imported lazily, only when asked for; when it is missing or broken the library
+still imports, and :func:`npu_status` says why NPU is off.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+from typing import Any, Optional
+
+import torch
+
+log = logging.getLogger("torchair_dist")
+
+
+@dataclasses.dataclass(frozen=True)
+class Platform:
+    """What one kind of device offers the library."""
+
+    name: str                    # "npu" | "cuda" | "cpu"
+    device_type: str             # torch device type
+    dist_backend: str            # "hccl" | "nccl" | "gloo"
+    graph_class: Optional[Any]   # device graph capture class, None on CPU
+    stream_class: Optional[Any]
+    event_class: Optional[Any]
+
+    @property
+    def has_graph_capture(self) -> bool:
+        return self.graph_class is not None
+
+    def device(self, local_rank: int = 0) -> torch.device:
+        if self.name == "cpu":
+            return torch.device("cpu")
+        return torch.device(self.device_type, local_rank)
+
+    def set_device(self, local_rank: int) -> None:
+        if self.name != "cpu":
+            getattr(torch, self.device_type).set_device(local_rank)
+
+    def graph_context(self, graph, pool=None, stream=None):
+        """The capture context manager (``torch.cuda.graph`` / ``torch.npu.graph``)."""
+        module = getattr(torch, self.device_type)
+        return module.graph(graph, pool=pool, stream=stream)
+
+    def graph_pool_handle(self):
+        return getattr(torch, self.device_type).graph_pool_handle()
+
+    def synchronize(self) -> None:
+        if self.name != "cpu":
+            getattr(torch, self.device_type).synchronize()
+
+
+_NPU_STATUS = {"reason": "not probed yet"}
+
+
+def npu_status() -> str:
+    """Why NPU support is on or off, in one line (probes torch_npu on first use)."""
+    _probe_npu()
+    return _NPU_STATUS["reason"]
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_npu() -> bool:
+    if os.environ.get("TORCHAIR_DIST_DISABLE_NPU") == "1":
+        _NPU_STATUS["reason"] = "NPU disabled by TORCHAIR_DIST_DISABLE_NPU=1"
+        return False
+    try:
+        import torch_npu  # noqa: F401  (lazy: needs the CANN toolkit)
+    except ImportError:
+        _NPU_STATUS["reason"] = "torch_npu is not installed (pip install torchair-dist[npu])"
+        return False
+    except Exception as exc:  # broken install, e.g. CANN toolkit missing
+        _NPU_STATUS["reason"] = f"torch_npu is installed but failed to import: {exc}"
+        log.warning("NPU support off: %s", _NPU_STATUS["reason"])
+        return False
+    if not (hasattr(torch, "npu") and torch.npu.is_available()):
+        _NPU_STATUS["reason"] = "torch_npu imported but no NPU device is visible"
+        return False
+    _NPU_STATUS["reason"] = f"NPU available ({torch.npu.device_count()} devices)"
+    return True
+
+
+def _npu() -> Platform:
+    npu = torch.npu
+    return Platform("npu", "npu", "hccl", npu.NPUGraph, npu.Stream, npu.Event)
+
+
+def _cuda() -> Platform:
+    cuda = torch.cuda
+    return Platform("cuda", "cuda", "nccl", cuda.CUDAGraph, cuda.Stream, cuda.Event)
+
+
+def _cpu() -> Platform:
+    return Platform("cpu", "cpu", "gloo", None, None, None)
+
+
+_BY_NAME = {"npu": _npu, "cuda": _cuda, "cpu": _cpu}
+
+
+@functools.lru_cache(maxsize=None)
+def current() -> Platform:
+    """The platform of this process: NPU if usable, else CUDA if available, else CPU.
+
+    ``TORCHAIR_DIST_PLATFORM=npu|cuda|cpu`` forces one (e.g. CPU on a GPU host).
+    """
+    forced = os.environ.get("TORCHAIR_DIST_PLATFORM")
+    if forced:
+        if forced not in _BY_NAME:
+            from .errors import ConfigError
+
+            raise ConfigError(f"TORCHAIR_DIST_PLATFORM={forced!r}: expected one of "
+                              f"{sorted(_BY_NAME)}")
+        return _BY_NAME[forced]()
+    if _probe_npu():
+        return _npu()
+    if torch.cuda.is_available():
+        return _cuda()
+    return _cpu()
+
+
+def for_device(device_type: str) -> Platform:
+    """The platform that owns tensors of ``device_type`` (used for a graph's inputs)."""
+    if device_type == "npu" and _probe_npu():
+        return _npu()
+    if device_type == "cuda" and torch.cuda.is_available():
+        return _cuda()
+    return _cpu()
