@@ -16,6 +16,7 @@ from .configs import MODES, CompilerConfig, apply_compile_options, check_config_
 from .decompositions import merge_decompositions
 from .errors import ConfigError, ConfigTypeError
 from .patches import apply_platform_patches
+from .streams.rewrite import rewrite_streams
 
 log = logging.getLogger("torchair_dist")
 
@@ -94,6 +95,8 @@ def _npu_backend(gm: torch.fx.GraphModule, example_inputs, *, compiler_config: C
     if config is compiler_config:
         config = config.copy()
     gm = p2p.preprocess_send_recv(gm, config)
+    if config.is_acl_mode:
+        gm = rewrite_streams(gm, config)
     compiler = get_compiler(config)
     return compile_with_aot(gm, example_inputs, compiler, decompositions)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import logging
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -15,6 +15,7 @@ from .debug import data_dump_runner
 from .errors import BackendUnavailableError, UnsupportedModeError
 from .passes.common import run_common_passes
 from .passes.graph_info import mutated_input_indices
+from .passes.overlap import schedule_overlap
 from .passes.validate import validate_graph
 
 log = logging.getLogger("torchair_dist")
@@ -24,6 +25,13 @@ MODE_BACKENDS: Dict[str, str] = {
     "max-autotune": "torchair_dist.backends.ge",
     "reduce-overhead": "torchair_dist.backends.aclgraph",
     "npugraph_ex": "torchair_dist.backends.aclgraph",
+}
+
+# mode -> passes run after the common passes, only in that mode. The pass list per mode.
+MODE_PASSES: Dict[str, List[Callable]] = {
+    "max-autotune": [],
+    "reduce-overhead": [schedule_overlap],
+    "npugraph_ex": [schedule_overlap],
 }
 
 _graph_ids = itertools.count()
@@ -63,6 +71,8 @@ class NpuFxCompiler:
         cfg = self.config
         static = _static_indices(example_inputs)
         gm = run_common_passes(gm, example_inputs, cfg)
+        for mode_pass in MODE_PASSES.get(cfg.mode.raw, ()):
+            gm = mode_pass(gm, example_inputs, cfg)
         validate_graph(gm)
         rank, world = current_rank_and_world()
         ctx = GraphContext(gm=gm, example_inputs=list(example_inputs), config=cfg,

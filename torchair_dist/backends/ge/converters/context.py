@@ -34,6 +34,8 @@ class ConvertContext:
         self.world_size = world_size
         self.node: Optional[torch.fx.Node] = None
         self.keep_alive: List[str] = []  # side-effect ops NetOutput must depend on
+        self.data_index: dict = {}  # Data op name -> FX placeholder index
+        self.mutations: List[Tuple[int, TensorRef]] = []  # (placeholder index, new value)
 
     # -- the node being converted -------------------------------------------------------------
     @property

@@ -1,0 +1,65 @@
+"""Small tensor-parallel models written with plain torch.distributed calls.
+
+Column-parallel layers hold a slice of the output features, row-parallel layers a slice of the
+input features followed by an all_reduce: the Megatron layout. Weights are generated from one
+seed on every rank and then sliced, so ``full_reference`` can compute the unsharded result.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def _shard(t: torch.Tensor, dim: int, rank: int, world: int) -> torch.Tensor:
+    return t.chunk(world, dim=dim)[rank].contiguous()
+
+
+class TPBlock(nn.Module):
+    """Pre-norm transformer block: attention (heads split over ranks) + MLP (ffn split)."""
+
+    def __init__(self, hidden: int, heads: int, ffn: int, rank: int, world: int, seed: int = 0):
+        super().__init__()
+        if heads % world or ffn % world:
+            raise ValueError(f"heads ({heads}) and ffn ({ffn}) must divide by world size {world}")
+        g = torch.Generator().manual_seed(seed)
+        full = {
+            "wq": torch.randn(hidden, hidden, generator=g) / hidden**0.5,
+            "wk": torch.randn(hidden, hidden, generator=g) / hidden**0.5,
+            "wv": torch.randn(hidden, hidden, generator=g) / hidden**0.5,
+            "wo": torch.randn(hidden, hidden, generator=g) / hidden**0.5,
+            "w1": torch.randn(ffn, hidden, generator=g) / hidden**0.5,
+            "w2": torch.randn(hidden, ffn, generator=g) / ffn**0.5,
+        }
+        self.local_heads, self.head_dim = heads // world, hidden // heads
+        for name in ("wq", "wk", "wv", "w1"):  # column parallel: split output features
+            self.register_parameter(name, nn.Parameter(_shard(full[name], 0, rank, world)))
+        for name in ("wo", "w2"):              # row parallel: split input features
+            self.register_parameter(name, nn.Parameter(_shard(full[name], 1, rank, world)))
+        self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        h = self.norm1(x)
+        q, k, v = (F.linear(h, w).view(b, s, self.local_heads, self.head_dim).transpose(1, 2)
+                   for w in (self.wq, self.wk, self.wv))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        a = F.linear(a.transpose(1, 2).reshape(b, s, -1), self.wo)
+        dist.all_reduce(a)
+        x = x + a
+        m = F.linear(F.gelu(F.linear(self.norm2(x), self.w1)), self.w2)
+        dist.all_reduce(m)
+        return x + m
+
+
+class TPTransformer(nn.Module):
+    def __init__(self, layers=2, hidden=128, heads=4, ffn=512, rank=0, world=1, seed=0):
+        super().__init__()
+        self.blocks = nn.ModuleList(TPBlock(hidden, heads, ffn, rank, world, seed + i)
+                                    for i in range(layers))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x

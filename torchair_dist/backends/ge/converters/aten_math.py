@@ -1,0 +1,244 @@
+"""Converters: elementwise arithmetic/comparison/activation ops, reductions, matmuls, norms."""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ..builder import TensorRef
+from .registry import register
+
+aten = torch.ops.aten
+
+
+def _probe(x: Any) -> Any:
+    """Something torch.result_type accepts that has the dtype/rank category of ``x``."""
+    if isinstance(x, TensorRef):
+        return torch.empty([1] * len(x.shape), dtype=x.dtype)
+    return x
+
+
+def result_type(a: Any, b: Any) -> torch.dtype:
+    """torch's type promotion of two operands (TensorRefs or Python scalars)."""
+    return torch.result_type(_probe(a), _probe(b))
+
+
+# -- binary arithmetic: computed in the node's output dtype -----------------------------------
+def _arith(ge_type: str, swap: bool = False):
+    def conv(cx, a, b, *, alpha=1):
+        dtype = cx.out_dtype
+        x1, x2 = cx.tensor(a, dtype), cx.tensor(b, dtype)
+        if alpha != 1:
+            x2 = cx.emit1("Mul", [("x1", x2), ("x2", cx.const(alpha, dtype))], desc=(dtype, x2.shape))
+        if swap:
+            x1, x2 = x2, x1
+        return cx.emit1(ge_type, [("x1", x1), ("x2", x2)])
+    return conv
+
+
+register([aten.add.Tensor, aten.add.Scalar], ["Add", "Mul", "Cast", "Const"])(_arith("Add"))
+register([aten.sub.Tensor, aten.sub.Scalar], ["Sub", "Mul", "Cast", "Const"])(_arith("Sub"))
+register([aten.rsub.Tensor, aten.rsub.Scalar], ["Sub", "Mul", "Cast", "Const"])(
+    _arith("Sub", swap=True))
+register([aten.mul.Tensor, aten.mul.Scalar], ["Mul", "Cast", "Const"])(_arith("Mul"))
+register([aten.maximum.default], ["Maximum", "Cast"])(_arith("Maximum"))
+register([aten.minimum.default], ["Minimum", "Cast"])(_arith("Minimum"))
+register([aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar],
+         ["Pow", "Cast", "Const"])(_arith("Pow"))
+
+
+@register([aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode],
+          ["RealDiv", "FloorDiv", "TruncateDiv", "Cast", "Const"])
+def _div(cx, a, b, *, rounding_mode: Optional[str] = None):
+    dtype = cx.out_dtype
+    ge_type = {None: "RealDiv", "floor": "FloorDiv", "trunc": "TruncateDiv"}[rounding_mode]
+    return cx.emit1(ge_type, [("x1", cx.tensor(a, dtype)), ("x2", cx.tensor(b, dtype))])
+
+
+# -- comparisons and logic: computed in the promoted input dtype, bool out ------------------
+def _compare(ge_type: str):
+    def conv(cx, a, b):
+        dtype = result_type(a, b)
+        return cx.emit1(ge_type, [("x1", cx.tensor(a, dtype)), ("x2", cx.tensor(b, dtype))])
+    return conv
+
+
+for _ops, _ge in [((aten.eq.Tensor, aten.eq.Scalar), "Equal"),
+                  ((aten.ne.Tensor, aten.ne.Scalar), "NotEqual"),
+                  ((aten.gt.Tensor, aten.gt.Scalar), "Greater"),
+                  ((aten.ge.Tensor, aten.ge.Scalar), "GreaterEqual"),
+                  ((aten.lt.Tensor, aten.lt.Scalar), "Less"),
+                  ((aten.le.Tensor, aten.le.Scalar), "LessEqual")]:
+    register(_ops, [_ge, "Cast", "Const"])(_compare(_ge))
+
+
+def _logical(ge_type: str):
+    def conv(cx, a, b):
+        return cx.emit1(ge_type, [("x1", cx.tensor(a, torch.bool)), ("x2", cx.tensor(b, torch.bool))])
+    return conv
+
+
+register([aten.logical_and.default], ["LogicalAnd", "Cast"])(_logical("LogicalAnd"))
+register([aten.logical_or.default], ["LogicalOr", "Cast"])(_logical("LogicalOr"))
+
+
+@register([aten.bitwise_and.Tensor, aten.bitwise_or.Tensor],
+          ["LogicalAnd", "LogicalOr", "BitwiseAnd", "BitwiseOr", "Cast"])
+def _bitwise(cx, a, b):
+    is_and = cx.node.target is aten.bitwise_and.Tensor
+    if cx.out_dtype == torch.bool:
+        return _logical("LogicalAnd" if is_and else "LogicalOr")(cx, a, b)
+    ge_type = "BitwiseAnd" if is_and else "BitwiseOr"
+    return cx.emit1(ge_type, [("x1", cx.tensor(a, cx.out_dtype)), ("x2", cx.tensor(b, cx.out_dtype))])
+
+
+@register([aten.logical_not.default, aten.bitwise_not.default], ["LogicalNot", "Invert", "Cast"])
+def _not(cx, x):
+    if cx.node.target is aten.bitwise_not.default and cx.out_dtype != torch.bool:
+        return cx.emit1("Invert", [("x", x)])
+    return cx.emit1("LogicalNot", [("x", cx.cast(x, torch.bool))])
+
+
+# -- unary elementwise: computed in the output dtype ------------------------------------------
+def _unary(ge_type: str, port: str = "x", out_port: str = "y", **attrs):
+    def conv(cx, x):
+        return cx.emit1(ge_type, [(port, cx.cast(x, cx.out_dtype))], dict(attrs) or None,
+                        port=out_port)
+    return conv
+
+
+for _op, _ge in [(aten.neg.default, "Neg"), (aten.abs.default, "Abs"),
+                 (aten.rsqrt.default, "Rsqrt"), (aten.sqrt.default, "Sqrt"),
+                 (aten.exp.default, "Exp"), (aten.log.default, "Log"),
+                 (aten.sigmoid.default, "Sigmoid"), (aten.relu.default, "Relu"),
+                 (aten.tanh.default, "Tanh"), (aten.cos.default, "Cos"), (aten.sin.default, "Sin"),
+                 (aten.reciprocal.default, "Reciprocal"), (aten.erf.default, "Erf"),
+                 (aten.floor.default, "Floor"), (aten.ceil.default, "Ceil"),
+                 (aten.round.default, "Round"), (aten.sign.default, "Sign"),
+                 (aten.log1p.default, "Log1p"), (aten.expm1.default, "Expm1")]:
+    register([_op], [_ge, "Cast"])(_unary(_ge))
+register([aten.silu.default], ["Swish", "Cast"])(_unary("Swish", scale=1.0))
+register([aten.trunc.default], ["Trunc", "Cast"])(_unary("Trunc", "input_x", "output_y"))
+
+
+@register([aten.gelu.default], ["GeluV2", "Cast"])
+def _gelu(cx, x, *, approximate: str = "none"):
+    return cx.emit1("GeluV2", [("x", cx.cast(x, cx.out_dtype))], {"approximate": approximate})
+
+
+@register([aten.clamp.default], ["ClipByValueV2", "Maximum", "Minimum", "Cast", "Const"])
+def _clamp(cx, x, min=None, max=None):
+    dtype = cx.out_dtype
+    y = cx.cast(x, dtype)
+    if min is not None:
+        y = cx.emit1("Maximum", [("x1", y), ("x2", cx.tensor(min, dtype))])
+    if max is not None:
+        y = cx.emit1("Minimum", [("x1", y), ("x2", cx.tensor(max, dtype))])
+    return y
+
+
+# -- reductions ------------------------------------------------------------------------------
+def _axes(x: TensorRef, dims: Optional[Sequence[int]]) -> list:
+    rank = len(x.shape)
+    if dims is None or len(dims) == 0:
+        return list(range(rank))
+    return [d % rank if rank else 0 for d in dims]
+
+
+def _reduce(ge_type: str):
+    def conv(cx, x, dim=None, keepdim=False, *, dtype=None):
+        if isinstance(dim, int):
+            dim = [dim]
+        x = cx.cast(x, cx.out_dtype)
+        attrs = {"keep_dims": bool(keepdim)}
+        return cx.emit1(ge_type, [("x", x), ("axes", cx.const(_axes(x, dim), torch.int64))], attrs)
+    return conv
+
+
+register([aten.mean.dim, aten.mean.default], ["ReduceMean", "Cast", "Const"])(_reduce("ReduceMean"))
+register([aten.sum.dim_IntList, aten.sum.default], ["ReduceSum", "Cast", "Const"])(
+    _reduce("ReduceSum"))
+register([aten.amax.default], ["ReduceMax", "Cast", "Const"])(_reduce("ReduceMax"))
+register([aten.amin.default], ["ReduceMin", "Cast", "Const"])(_reduce("ReduceMin"))
+register([aten.any.dim, aten.any.dims, aten.any.default], ["ReduceAny", "Cast", "Const"])(
+    _reduce("ReduceAny"))
+register([aten.all.dim, aten.all.dims, aten.all.default], ["ReduceAll", "Cast", "Const"])(
+    _reduce("ReduceAll"))
+
+
+@register([aten._softmax.default], ["SoftmaxV2", "Cast"])
+def _softmax(cx, x, dim, half_to_float=False):
+    return cx.emit1("SoftmaxV2", [("x", cx.cast(x, cx.out_dtype))], {"axes": [dim]})
+
+
+@register([aten._log_softmax.default], ["LogSoftmaxV2", "Cast"])
+def _log_softmax(cx, x, dim, half_to_float=False):
+    return cx.emit1("LogSoftmaxV2", [("logits", cx.cast(x, cx.out_dtype))], {"axes": [dim]},
+                    port="logsoftmax")
+
+
+@register([aten.cumsum.default], ["Cumsum", "Cast", "Const"])
+def _cumsum(cx, x, dim, *, dtype=None):
+    x = cx.cast(x, cx.out_dtype)
+    return cx.emit1("Cumsum", [("x", x), ("axis", cx.const(dim, torch.int64))])
+
+
+@register([aten.argmax.default], ["ArgMaxV2", "Reshape", "Unsqueeze", "Const"])
+def _argmax(cx, x, dim=None, keepdim=False):
+    reduce_all = dim is None
+    if reduce_all:
+        n = -1 if any(d < 0 for d in x.shape) else int(torch.tensor(x.shape).prod())
+        x = cx.reshape(x, [-1], [n])
+        dim = 0
+    dim = dim % max(len(x.shape), 1)
+    shape = [d for i, d in enumerate(x.shape) if i != dim]
+    y = cx.emit1("ArgMaxV2", [("x", x), ("dimension", cx.const(dim, torch.int64))],
+                 {"dtype": torch.int64}, (torch.int64, shape))
+    if keepdim:
+        y = cx.emit1("Unsqueeze", [("x", y)], {"axes": [dim]}, (torch.int64, cx.out()[1]))
+        if reduce_all:
+            y = cx.reshape(y, list(cx.out()[1]), cx.out()[1])
+    return y
+
+
+@register([aten.topk.default], ["TopKV2", "Cast", "Const"])
+def _topk(cx, x, k, dim=-1, largest=True, sorted=True):
+    (vdt, vshape), (_, ishape) = cx.out(0), cx.out(1)
+    values, idx = cx.emit("TopKV2", [("x", x), ("k", cx.tensor(k, torch.int32))],
+                          {"sorted": bool(sorted), "dim": int(dim), "largest": bool(largest)},
+                          [("values", (vdt, vshape)), ("indices", (torch.int32, ishape))])
+    return [values, cx.cast(idx, torch.int64)]
+
+
+# -- matmuls ---------------------------------------------------------------------------------
+@register([aten.mm.default], ["MatMulV2"])
+def _mm(cx, a, b):
+    return cx.emit1("MatMulV2", [("x1", a), ("x2", b)], {"transpose_x1": False, "transpose_x2": False})
+
+
+@register([aten.bmm.default], ["BatchMatMulV2"])
+def _bmm(cx, a, b):
+    return cx.emit1("BatchMatMulV2", [("x1", a), ("x2", b)], {"adj_x1": False, "adj_x2": False})
+
+
+@register([aten.addmm.default], ["MatMulV2", "Add", "Mul", "Const"])
+def _addmm(cx, bias, a, b, *, beta=1, alpha=1):
+    dtype, shape = cx.out()
+    if beta == 1 and alpha == 1 and len(bias.shape) == 1:
+        return cx.emit1("MatMulV2", [("x1", a), ("x2", b), ("bias", bias)],
+                        {"transpose_x1": False, "transpose_x2": False})
+    mm = cx.emit1("MatMulV2", [("x1", a), ("x2", b)])
+    if alpha != 1:
+        mm = cx.emit1("Mul", [("x1", mm), ("x2", cx.const(alpha, dtype))])
+    if beta != 1:
+        bias = cx.emit1("Mul", [("x1", bias), ("x2", cx.const(beta, dtype))], desc=(dtype, bias.shape))
+    return cx.emit1("Add", [("x1", mm), ("x2", bias)])
+
+
+# -- layer norm ------------------------------------------------------------------------------
+@register([aten.native_layer_norm.default], ["LayerNormV4", "Const"])
+def _layer_norm(cx, x, normalized_shape, weight, bias, eps):
+    outs = [("y", cx.out(0)), ("mean", cx.out(1)), ("rstd", cx.out(2))]
+    return cx.emit("LayerNormV4", [("x", x), ("normalized_shape", cx.int_list(normalized_shape)),
+                                   ("gamma", weight), ("beta", bias)],
+                   {"epsilon": float(eps)}, outs)

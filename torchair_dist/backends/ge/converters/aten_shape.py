@@ -1,0 +1,180 @@
+"""Converters: views and reshapes, concatenation, slicing, splitting, indexing, gathers."""
+from __future__ import annotations
+
+import operator
+from typing import Any, List, Sequence
+
+import torch
+
+from ..builder import TensorRef
+from .registry import register
+
+aten = torch.ops.aten
+_INT64_MAX = 2 ** 63 - 1
+
+
+def _norm(dim: int, rank: int) -> int:
+    return dim % rank if rank else 0
+
+
+@register([operator.getitem], [])
+def _getitem(cx, seq, i):
+    return seq[i]
+
+
+@register([aten.view.default, aten.reshape.default, aten._unsafe_view.default],
+          ["Reshape", "Const", "Pack", "Cast"])
+def _view(cx, x, shape):
+    return cx.reshape(x, list(shape), cx.out()[1])
+
+
+@register([aten.unsqueeze.default], ["Unsqueeze"])
+def _unsqueeze(cx, x, dim):
+    return cx.emit1("Unsqueeze", [("x", x)], {"axes": [_norm(dim, len(x.shape) + 1)]})
+
+
+@register([aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default], ["Squeeze"])
+def _squeeze(cx, x, dims=None):
+    rank = len(x.shape)
+    if dims is None:
+        dims = range(rank)
+    elif isinstance(dims, int):
+        dims = [dims]
+    axis = sorted({_norm(d, rank) for d in dims if rank and x.shape[_norm(d, rank)] == 1})
+    if not axis:
+        return cx.emit1("Identity", [("x", x)])
+    return cx.emit1("Squeeze", [("x", x)], {"axis": axis})
+
+
+@register([aten.permute.default], ["Transpose", "Const"])
+def _permute(cx, x, dims):
+    perm = [_norm(d, len(x.shape)) for d in dims]
+    return cx.emit1("Transpose", [("x", x), ("perm", cx.const(perm, torch.int64))])
+
+
+@register([aten.transpose.int], ["Transpose", "Const"])
+def _transpose(cx, x, dim0, dim1):
+    perm = list(range(len(x.shape)))
+    a, b = _norm(dim0, len(perm)), _norm(dim1, len(perm))
+    perm[a], perm[b] = perm[b], perm[a]
+    return cx.emit1("Transpose", [("x", x), ("perm", cx.const(perm, torch.int64))])
+
+
+@register([aten.t.default], ["Transpose", "Identity", "Const"])
+def _t(cx, x):
+    if len(x.shape) < 2:
+        return cx.emit1("Identity", [("x", x)])
+    return _transpose(cx, x, 0, 1)
+
+
+def _dim_of(cx, x: TensorRef, j: int) -> Any:
+    """Dimension j of x: an int when static, else a scalar int64 ref computed at run time."""
+    if x.shape[j] >= 0:
+        return x.shape[j]
+    return cx.emit1("GatherV2", [("x", cx.shape_of(x)), ("indices", cx.const(j, torch.int64)),
+                                 ("axis", cx.const(0, torch.int64))], None, (torch.int64, ()))
+
+
+@register([aten.expand.default], ["BroadcastTo", "Const", "Pack", "Shape", "GatherV2"])
+def _expand(cx, x, size, *, implicit=False):
+    lead = len(size) - len(x.shape)
+    dims: List[Any] = []
+    for i, s in enumerate(size):
+        dims.append(_dim_of(cx, x, i - lead) if isinstance(s, int) and s == -1 else s)
+    return cx.emit1("BroadcastTo", [("x", x), ("shape", cx.int_list(dims))])
+
+
+@register([aten.cat.default], ["ConcatV2", "Cast", "Const"])
+def _cat(cx, tensors, dim=0):
+    dtype, shape = cx.out()
+    rank = len(shape)
+    parts = [cx.cast(t, dtype) for t in tensors if not (len(t.shape) == 1 and t.shape[0] == 0
+                                                        and rank != 1)]
+    return cx.emit1("ConcatV2", [("x", parts), ("concat_dim", cx.const(_norm(dim, rank), torch.int64))],
+                    {"N": len(parts)})
+
+
+@register([aten.slice.Tensor], ["StridedSlice", "Const", "Pack", "Cast"])
+def _slice(cx, x, dim=0, start=None, end=None, step=1):
+    rank = len(x.shape)
+    dim = _norm(dim, rank)
+    others = sum(1 << i for i in range(rank) if i != dim)
+    begin_mask = others | (1 << dim if start is None else 0)
+    open_end = end is None or (isinstance(end, int) and (end >= _INT64_MAX or
+                                                         (x.shape[dim] >= 0 and end >= x.shape[dim])))
+    end_mask = others | (1 << dim if open_end else 0)
+    begin = [0] * rank
+    stop = [0] * rank
+    begin[dim] = 0 if start is None else start
+    stop[dim] = 0 if open_end else end
+    strides = [1] * rank
+    strides[dim] = step
+    return cx.emit1("StridedSlice", [("x", x), ("begin", cx.int_list(begin)),
+                                     ("end", cx.int_list(stop)), ("strides", cx.int_list(strides))],
+                    {"begin_mask": begin_mask, "end_mask": end_mask})
+
+
+@register([aten.select.int], ["GatherV2", "Const"])
+def _select(cx, x, dim, index):
+    dim = _norm(dim, len(x.shape))
+    if isinstance(index, int) and index < 0 and x.shape[dim] >= 0:
+        index += x.shape[dim]
+    return cx.emit1("GatherV2", [("x", x), ("indices", cx.tensor(index, torch.int64)),
+                                 ("axis", cx.const(dim, torch.int64))])
+
+
+@register([aten.split.Tensor, aten.split_with_sizes.default], ["SplitV", "Const"])
+def _split(cx, x, split, dim=0):
+    dim = _norm(dim, len(x.shape))
+    outs = [cx.out(i) for i in range(len(cx.val))]
+    sizes = [shape[dim] for _, shape in outs]
+    return cx.emit("SplitV", [("x", x), ("size_splits", cx.const(sizes, torch.int64)),
+                              ("split_dim", cx.const(dim, torch.int64))],
+                   {"num_split": len(outs)}, [("y", outs)])
+
+
+@register([aten.unbind.int], ["Unpack"])
+def _unbind(cx, x, dim=0):
+    outs = [cx.out(i) for i in range(len(cx.val))]
+    return cx.emit("Unpack", [("x", x)], {"num": len(outs), "axis": _norm(dim, len(x.shape))},
+                   [("y", outs)])
+
+
+@register([aten.embedding.default], ["GatherV2", "Const"])
+def _embedding(cx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return cx.emit1("GatherV2", [("x", weight), ("indices", indices),
+                                 ("axis", cx.const(0, torch.int64))])
+
+
+@register([aten.index_select.default], ["GatherV2", "Const"])
+def _index_select(cx, x, dim, index):
+    return cx.emit1("GatherV2", [("x", x), ("indices", index),
+                                 ("axis", cx.const(_norm(dim, len(x.shape)), torch.int64))])
+
+
+@register([aten.gather.default], ["GatherElements"])
+def _gather(cx, x, dim, index, *, sparse_grad=False):
+    return cx.emit1("GatherElements", [("x", x), ("index", index)],
+                    {"dim": _norm(dim, len(x.shape))})
+
+
+@register([aten.index.Tensor], ["Index", "Const"])
+def _index(cx, x, indices: Sequence[Any]):
+    """GE Index: ``indexed_sizes[i]`` is 1 when dim i is indexed by the next tensor of
+    ``indices``, 0 when it is taken whole (torch's ``None``); ``indexed_strides`` is unused
+    by torch-style advanced indexing and written as zeros."""
+    mask = [0 if t is None else 1 for t in indices]
+    given = [t for t in indices if t is not None]
+    return cx.emit1("Index", [("x", x), ("indexed_sizes", cx.const(mask, torch.int64)),
+                              ("indexed_strides", cx.const([0] * len(mask), torch.int64)),
+                              ("indices", given)])
+
+
+@register([aten.triu.default], ["Triu"])
+def _triu(cx, x, diagonal=0):
+    return cx.emit1("Triu", [("x", x)], {"diagonal": int(diagonal)})
+
+
+@register([aten.tril.default], ["Tril"])
+def _tril(cx, x, diagonal=0):
+    return cx.emit1("Tril", [("x", x)], {"diagonal": int(diagonal)})

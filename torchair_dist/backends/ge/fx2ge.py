@@ -1,0 +1,145 @@
+"""FX (AOT aten) graph -> GE ``ModelDef``, through the converter registry."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch.fx.node import map_aggregate
+
+from ...errors import UnsupportedOpError
+from .builder import GraphBuilder, TensorRef
+from .converters import lookup
+from .converters.context import ConvertContext, meta_desc
+from .proto import ModelDef
+
+
+@dataclasses.dataclass
+class ConvertedGraph:
+    """A GE model plus what the runner needs to map it back to the FX calling convention.
+
+    inputs: per FX placeholder, "tensor", "sym" (a SymInt, fed as a shape-[] int64 Data).
+    outputs: per FX output, ("ge", k) for GE output k, ("sym", k) for a GE output read back as
+        a Python int, or ("value", v) for a constant (None, a Python number).
+    mutations: (placeholder index, GE output position) pairs to ``copy_`` back after a run.
+    """
+
+    model: ModelDef
+    inputs: List[str]
+    outputs: List[Tuple[str, Any]]
+    mutations: List[Tuple[int, int]]
+    fx_code: str
+
+
+def source_line(node: torch.fx.Node) -> str:
+    """The user source location of an FX node (last frame of its stack trace), if recorded."""
+    trace = node.meta.get("stack_trace") or getattr(node, "stack_trace", None) or ""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
+    if not frames:
+        return "source line unknown"
+    file, line, func, code = frames[-1]
+    return f'{file}:{line} in {func}: {code.strip()}'
+
+
+def _unsupported(gm: torch.fx.GraphModule) -> List[str]:
+    lines = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and lookup(node.target) is None:
+            lines.append(f"  {node.target} (FX node %{node.name}: {node.format_node()}; "
+                         f"at {source_line(node)})")
+        elif node.op in ("call_module", "call_method"):
+            lines.append(f"  {node.op} {node.target} (FX node %{node.name}; at {source_line(node)})")
+    return lines
+
+
+def check_supported(gm: torch.fx.GraphModule, graph_name: str = "graph") -> None:
+    """Raise UnsupportedOpError listing every op of ``gm`` without a GE converter."""
+    lines = _unsupported(gm)
+    if lines:
+        raise UnsupportedOpError(
+            f"max-autotune (GE) cannot convert {len(lines)} op(s) of {graph_name}; no GE "
+            f"converter is registered for:\n" + "\n".join(lines) + "\nRegister a converter in "
+            "torchair_dist.backends.ge.converters, or compile this model with "
+            "mode='npugraph_ex' (or debug.run_eagerly=True to run the FX graph as is).")
+
+
+def _placeholder_val(node: torch.fx.Node, example: Any) -> Any:
+    val = node.meta.get("val", example)
+    return example if val is None else val
+
+
+def convert_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name: str,
+                  rank: int = 0, world_size: int = 1) -> ConvertedGraph:
+    check_supported(gm, graph_name)
+    b = GraphBuilder(graph_name)
+    cx = ConvertContext(b, rank, world_size)
+    env: Dict[torch.fx.Node, Any] = {}
+    inputs: List[str] = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    examples = list(example_inputs) + [None] * (len(placeholders) - len(example_inputs))
+    for i, (node, example) in enumerate(zip(placeholders, examples)):
+        val = _placeholder_val(node, example)
+        if isinstance(val, torch.Tensor):
+            env[node] = b.data(val.dtype, tuple(val.shape), name=node.name)
+            inputs.append("tensor")
+        elif isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+            env[node] = b.data(torch.int64, (), placement="CPU", name=node.name)
+            inputs.append("sym")
+        else:
+            raise UnsupportedOpError(f"placeholder %{node.name} has unsupported value {val!r}")
+        cx.data_index[env[node].op] = i
+    outputs: List[Tuple[str, Any]] = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "get_attr":
+            env[node] = _get_attr(cx, gm, node)
+        elif node.op == "call_function":
+            cx.node = node
+            args = map_aggregate(node.args, lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
+            kwargs = map_aggregate(node.kwargs,
+                                   lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
+            env[node] = lookup(node.target).fn(cx, *args, **kwargs)
+            cx.node = None
+        elif node.op == "output":
+            outputs = _outputs(node.args[0], env)
+    refs: List[TensorRef] = []
+    mapped: List[Tuple[str, Any]] = []
+    for kind, value in outputs:
+        if kind in ("ge", "sym"):
+            mapped.append((kind, len(refs)))
+            refs.append(value)
+        else:
+            mapped.append((kind, value))
+    mutations = []
+    for index, value in cx.mutations:
+        mutations.append((index, len(refs)))
+        refs.append(value)
+    b.net_output(refs, control=cx.keep_alive)
+    return ConvertedGraph(b.model(graph_name), inputs, mapped, mutations, gm.code)
+
+
+def _outputs(args: Any, env: Dict[torch.fx.Node, Any]) -> List[Tuple[str, Any]]:
+    result: List[Tuple[str, Any]] = []
+    for a in (args if isinstance(args, (list, tuple)) else [args]):
+        if isinstance(a, torch.fx.Node):
+            value = env[a]
+            val = a.meta.get("val")
+            sym = isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool)
+            result.append(("sym" if sym else "ge", value))
+        else:
+            result.append(("value", a))
+    return result
+
+
+def _get_attr(cx: ConvertContext, gm: torch.fx.GraphModule, node: torch.fx.Node) -> Any:
+    obj = gm
+    for part in node.target.split("."):
+        obj = getattr(obj, part)
+    if isinstance(obj, torch.Tensor):
+        return cx.const(obj)
+    raise UnsupportedOpError(f"get_attr %{node.name} ({type(obj).__name__}) cannot become GE")
+
+
+__all__ = ["ConvertedGraph", "convert_graph", "check_supported", "source_line", "meta_desc"]

@@ -1,0 +1,1 @@
+"""User streams and events in graph mode: tagged ops and the rewrite pass."""
