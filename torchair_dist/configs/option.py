@@ -25,6 +25,7 @@ class Option:
     def __init__(self, default: Any = None, doc: str = ""):
         self.doc = doc
         self.name = "<option>"  # set by the owning config (dotted path)
+        self.declared_default = default  # as written in the definition (docs)
         self._default = default
         self._raw = None
         if default is not None:

@@ -1,0 +1,67 @@
+"""Shared helpers of the benchmarks: variants, interleaved timing, table printing."""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Callable, Dict, List
+
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
+import torch  # noqa: E402
+
+import torchair_dist  # noqa: E402
+
+
+def backends(modes=("npugraph_ex",)) -> Dict[str, object]:
+    """name -> torch.compile backend (None = eager) for the side-by-side variants."""
+    out: Dict[str, object] = {"eager": None, "aot_eager": "aot_eager", "inductor": "inductor"}
+    for mode in modes:
+        cfg = torchair_dist.CompilerConfig()
+        cfg.mode = mode
+        out[f"ours:{mode}"] = torchair_dist.get_npu_backend(compiler_config=cfg)
+    return out
+
+
+def compile_variants(fn: Callable, example_args, variants: Dict[str, object],
+                     barrier: Callable[[], None] = lambda: None):
+    """name -> (callable, compile seconds): the first call's wall time."""
+    compiled = {}
+    for name, backend in variants.items():
+        torch._dynamo.reset()
+        f = fn if backend is None else torch.compile(fn, backend=backend, fullgraph=True)
+        barrier()
+        t0 = time.perf_counter()
+        f(*example_args)
+        compiled[name] = (f, time.perf_counter() - t0 if backend is not None else 0.0)
+    return compiled
+
+
+def interleaved_medians(calls: Dict[str, Callable[[], object]], steps: int, block: int = 20,
+                        barrier: Callable[[], None] = lambda: None) -> Dict[str, float]:
+    """Median per-call seconds of each callable, timed in interleaved blocks so machine noise
+    hits every variant alike."""
+    samples: Dict[str, List[float]] = {k: [] for k in calls}
+    for name, call in calls.items():  # warm-up
+        for _ in range(5):
+            call()
+    while min(len(v) for v in samples.values()) < steps:
+        for name, call in calls.items():
+            barrier()
+            for _ in range(block):
+                t0 = time.perf_counter()
+                call()
+                samples[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def print_table(title: str, medians: Dict[str, float], compile_s: Dict[str, float]) -> None:
+    eager = medians["eager"]
+    inductor = medians.get("inductor")
+    print(f"\n{title}")
+    print(f"{'variant':<22} {'median us':>10} {'vs eager':>9} {'vs inductor':>12} "
+          f"{'compile s':>10}")
+    for name, m in medians.items():
+        vs_ind = f"{m / inductor:>12.2f}" if inductor else f"{'-':>12}"
+        print(f"{name:<22} {m * 1e6:>10.1f} {m / eager:>9.2f} {vs_ind} "
+              f"{compile_s.get(name, 0.0):>10.2f}")
