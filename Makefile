@@ -24,7 +24,7 @@ demo: $(STAMP)
 	  launch/demo.py $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --timeout 600 tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --timeout 600 tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py

@@ -1,0 +1,54 @@
+"""Logging set-up and the determinism guard of the backend entry."""
+import logging
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+from torchair_dist import backend as backend_mod
+
+
+def test_log_level_from_environment_and_rank_prefix():
+    code = textwrap.dedent("""
+        import logging, os
+        os.environ["TORCHAIR_DIST_LOG_LEVEL"] = "DEBUG"
+        os.environ["RANK"] = "3"
+        from torchair_dist._logging import init_logging
+        log = init_logging()
+        assert log.level == logging.DEBUG
+        log.debug("hello")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "[rank 3] DEBUG torchair_dist: hello" in out.stderr
+
+
+def test_bad_log_level_falls_back_with_a_warning():
+    code = textwrap.dedent("""
+        import os
+        os.environ["TORCHAIR_DIST_LOG_LEVEL"] = "LOUD"
+        from torchair_dist._logging import init_logging
+        print(init_logging().level)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip() == str(logging.WARNING)
+    assert "LOUD" in out.stderr
+
+
+def test_determinism_guard_warns_once_without_torch_npu(monkeypatch, caplog):
+    monkeypatch.setattr(backend_mod, "_determinism_warned", False)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    logger = logging.getLogger("torchair_dist")
+    monkeypatch.setattr(logger, "propagate", True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="torchair_dist"):
+            assert backend_mod.install_determinism_guard() is False
+            assert backend_mod.install_determinism_guard() is False
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    hits = [r for r in caplog.records if "deterministic" in r.getMessage()]
+    assert len(hits) == 1
