@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Sequence
 
 import torch
 
@@ -54,6 +54,3 @@ def current_rank_and_world() -> tuple:
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
 
-
-def optional_int(value: Optional[str]) -> Optional[int]:
-    return None if value in (None, "") else int(value)

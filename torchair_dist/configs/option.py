@@ -74,8 +74,7 @@ class Option:
             return type(self) is type(other) and self._raw == other._raw
         return NotImplemented
 
-    def __hash__(self):  # options are mutable; hash by identity like other mutable objects
-        return id(self)
+    __hash__ = None  # mutable, compared by value
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._raw!r})"

@@ -88,9 +88,8 @@ class AclGraphRunner:
         if cap is None or self.force_recapture or self._moved(cap, args):
             if cap is None and len(self.captures) >= self.capture_limit:
                 return self._give_up(args)
-            cap = self._capture(args)
+            cap, outputs = self._capture(args)
             self.captures[key] = cap
-            outputs = cap.outputs
         else:
             self._copy_inputs(cap, args)
             cap.graph.replay()
@@ -117,7 +116,8 @@ class AclGraphRunner:
                 if args[i].data_ptr() != static[i].data_ptr():
                     static[i].copy_(args[i])
 
-    def _capture(self, args) -> _Capture:
+    def _capture(self, args):
+        """Capture a graph for ``args``; returns (capture, outputs of this call)."""
         static_inputs = list(args)
         copy_indices = [i for i in self.user_indices if isinstance(args[i], torch.Tensor)]
         if self.clone_input:
@@ -128,14 +128,15 @@ class AclGraphRunner:
         pinned = {i: args[i].data_ptr() for i in self.mutated_indices
                   if isinstance(args[i], torch.Tensor)}
         graph = self.graph_factory()
-        outputs = graph.capture(self.forward, static_inputs)
+        first = graph.capture(self.forward, static_inputs)
+        outputs = graph.outputs
         self.capture_count += 1
         ptrs = {a.untyped_storage().data_ptr() for a in static_inputs
                 if isinstance(a, torch.Tensor)}
         alias = [isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() in ptrs
                  for o in outputs]
         log.debug("%s: captured key #%d", self.name, len(self.captures) + 1)
-        return _Capture(graph, static_inputs, copy_indices, pinned, outputs, alias)
+        return _Capture(graph, static_inputs, copy_indices, pinned, outputs, alias), first
 
     def _give_up(self, args):
         warnings.warn(
