@@ -1,0 +1,127 @@
+"""User-facing stream/event APIs, device-agnostic, traceable with ``fullgraph=True``.
+
+They mirror TorchAir's (``torchair.scope.npu_stream_switch``, ``torchair.ops.npu_wait_tensor``,
+the tagged events) and emit the ``torchair_dist_streams`` ops of :mod:`.ops`, which survive
+tracing, functionalization and dead-code elimination. Eagerly on CPU they only keep program
+order (CPU has no streams); with a device they switch real streams (see :mod:`.runtime`).
+
+Example::
+
+    from torchair_dist.streams import npu_stream_switch, npu_wait_tensor
+
+    def f(x, w):
+        h = x @ w
+        with npu_stream_switch("side", priority=0):
+            npu_wait_tensor(x, h)          # the side stream starts after h is computed
+            y = torch.relu(x) * 2          # runs on stream "side"
+        return h + y
+"""
+from __future__ import annotations
+
+import threading
+from typing import Dict, Optional, Union
+
+import torch
+
+from ..errors import TorchairDistError
+from .ops import ops
+
+
+class StreamApiError(TorchairDistError, ValueError):
+    """A stream/event API was called with a bad tag or a duplicate tagged event."""
+
+
+def _check_tag(tag, what: str) -> str:
+    if not isinstance(tag, str) or not tag:
+        raise StreamApiError(f"{what}: the tag must be a non-empty str, got {tag!r}")
+    return tag
+
+
+class npu_stream_switch:  # noqa: N801 - TorchAir's name
+    """Scope: the ops inside run on the stream named ``tag`` (created on first use).
+
+    ``priority`` is the stream's priority when a device creates it (0 = default). Scopes nest;
+    leaving one returns to the enclosing stream. In a compiled graph a scope that is left open
+    (e.g. by a graph break inside it) is a ``GraphValidationError``.
+    """
+
+    def __init__(self, tag: str, priority: int = 0):
+        self.tag = _check_tag(tag, "npu_stream_switch")
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise StreamApiError(f"npu_stream_switch({tag!r}): priority must be an int, got "
+                                 f"{priority!r}")
+        self.priority = priority
+
+    def __enter__(self):
+        ops.stream_enter(self.tag, self.priority)
+        return self
+
+    def __exit__(self, *exc_info):
+        ops.stream_exit(self.tag)
+        return False
+
+
+def npu_wait_tensor(tensor: torch.Tensor, dependency: torch.Tensor) -> torch.Tensor:
+    """Make what follows on the current stream wait until ``dependency`` is computed; returns
+    ``tensor`` (TorchAir's signature: callers usually ignore the result)."""
+    ops.wait_tensor(tensor, dependency, "")
+    return tensor
+
+
+class TaggedEvent:
+    """An event known by its tag (see :func:`npu_create_tagged_event`)."""
+
+    __slots__ = ("tag",)
+
+    def __init__(self, tag: str):
+        self.tag = tag
+
+    def __repr__(self) -> str:
+        return f"TaggedEvent({self.tag!r})"
+
+
+_tagged_events: Dict[str, TaggedEvent] = {}
+_tagged_lock = threading.Lock()
+
+
+def npu_create_tagged_event(tag: str) -> TaggedEvent:
+    """Create the event named ``tag`` (call it outside compiled code). A tag is created once
+    per process: a second creation is a ``StreamApiError``, as in TorchAir."""
+    _check_tag(tag, "npu_create_tagged_event")
+    with _tagged_lock:
+        if tag in _tagged_events:
+            raise StreamApiError(f"tagged event {tag!r} already exists; tags are unique per "
+                                 f"process (reuse the returned TaggedEvent)")
+        event = _tagged_events[tag] = TaggedEvent(tag)
+    return event
+
+
+def _event_tag(event: Union[TaggedEvent, str]) -> str:
+    return event if isinstance(event, str) else event.tag
+
+
+def npu_tagged_event_record(event: Union[TaggedEvent, str], stream: Optional[str] = None) -> None:
+    """Record ``event`` on the stream tagged ``stream`` (None: the current stream)."""
+    ops.event_record(_event_tag(event), stream or "")
+
+
+def npu_tagged_event_wait(event: Union[TaggedEvent, str], stream: Optional[str] = None) -> None:
+    """Make the stream tagged ``stream`` (None: the current stream) wait for ``event``."""
+    ops.event_wait(_event_tag(event), stream or "")
+
+
+def npu_stream_wait_stream(waiting: Optional[str], waited_on: Optional[str]) -> None:
+    """Stream ``waiting`` waits for the work issued so far on ``waited_on`` (None: current)."""
+    ops.stream_wait_stream(waiting or "", waited_on or "")
+
+
+def npu_record_tagged_stream(tensor: torch.Tensor, tag: str) -> None:
+    """``record_stream`` equivalent: ``tensor`` is used on stream ``tag``; its memory is not
+    reused before that stream's work issued so far is done."""
+    ops.record_stream(tensor, tag)
+
+
+def _forget_tagged_events() -> None:
+    """Drop every tagged event (tests)."""
+    with _tagged_lock:
+        _tagged_events.clear()
