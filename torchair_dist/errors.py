@@ -49,3 +49,7 @@ class CollectiveMismatchError(TorchairDistError, RuntimeError):
 
 class CacheRejectedError(TorchairDistError, RuntimeError):
     """A compile-cache entry was refused (ownership, permissions, hash, version)."""
+
+
+class StreamApiError(TorchairDistError, ValueError):
+    """A stream/event API was called with a bad tag or a duplicate tagged event."""

@@ -5,7 +5,8 @@
 * :mod:`.rewrite`: ``rewrite_streams``, run on the Dynamo graph before AOT in the ACL modes.
 * :mod:`.runtime`: the ops' kernels (ordering only on CPU; real streams with a device).
 """
-from .api import (StreamApiError, TaggedEvent, npu_create_tagged_event, npu_record_tagged_stream,
+from ..errors import StreamApiError
+from .api import (TaggedEvent, npu_create_tagged_event, npu_record_tagged_stream,
                   npu_stream_switch, npu_stream_wait_stream, npu_tagged_event_record,
                   npu_tagged_event_wait, npu_wait_tensor)
 from .ops import NAMESPACE, ops

@@ -23,12 +23,8 @@ from typing import Dict, Optional, Union
 
 import torch
 
-from ..errors import TorchairDistError
+from ..errors import StreamApiError
 from .ops import ops
-
-
-class StreamApiError(TorchairDistError, ValueError):
-    """A stream/event API was called with a bad tag or a duplicate tagged event."""
 
 
 def _check_tag(tag, what: str) -> str:
