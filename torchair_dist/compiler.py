@@ -1,6 +1,7 @@
 """The per-rank graph compiler: common passes, validation, mode dispatch, cross-rank check."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import itertools
 import logging
@@ -35,6 +36,25 @@ MODE_PASSES: Dict[str, List[Callable]] = {
 }
 
 _graph_ids = itertools.count()
+_observers: List[List[GraphContext]] = []
+
+
+@contextlib.contextmanager
+def record_graphs():
+    """Collect the ``GraphContext`` of every graph compiled inside the block (tests, debugging).
+
+    ``ctx.gm`` is the graph after the common and mode passes, as the backend received it::
+
+        with record_graphs() as graphs:
+            compiled(x)
+        assert len(graphs) == 1 and "_c10d_functional.all_reduce.default" in op_targets(graphs[0].gm)
+    """
+    seen: List[GraphContext] = []
+    _observers.append(seen)
+    try:
+        yield seen
+    finally:
+        _observers.remove(seen)
 
 
 def backend_for_mode(mode: str):
@@ -81,6 +101,8 @@ class NpuFxCompiler:
                            graph_name=f"graph_{next(_graph_ids)}", rank=rank, world_size=world,
                            is_inference=is_inference)
         self.compiled.append(ctx)
+        for seen in _observers:
+            seen.append(ctx)
         if cfg.debug.data_dump.type.raw is not None:
             runner = data_dump_runner(gm, cfg, ctx.graph_name, rank)
         elif cfg.debug.run_eagerly.raw:
