@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 from torch.fx.node import map_aggregate
 
 from ...errors import UnsupportedOpError
 from .builder import GraphBuilder, TensorRef
-from .converters import lookup
+from .converters import lookup, target_key
 from .converters.context import ConvertContext, meta_desc
 from .proto import ModelDef
 
@@ -19,7 +19,8 @@ from .proto import ModelDef
 class ConvertedGraph:
     """A GE model plus what the runner needs to map it back to the FX calling convention.
 
-    inputs: per FX placeholder, "tensor", "sym" (a SymInt, fed as a shape-[] int64 Data).
+    inputs: per FX placeholder, "tensor", "sym" (a SymInt, fed as a shape-[] int64 Data) or
+        "opaque" (an object such as a process group: read at conversion, not fed to GE).
     outputs: per FX output, ("ge", k) for GE output k, ("sym", k) for a GE output read back as
         a Python int, or ("value", v) for a constant (None, a Python number).
     mutations: (placeholder index, GE output position) pairs to ``copy_`` back after a run.
@@ -30,6 +31,7 @@ class ConvertedGraph:
     outputs: List[Tuple[str, Any]]
     mutations: List[Tuple[int, int]]
     fx_code: str
+    fx_nodes: Dict[str, str] = dataclasses.field(default_factory=dict)  # name -> format_node()
 
 
 def source_line(node: torch.fx.Node) -> str:
@@ -46,7 +48,7 @@ def _unsupported(gm: torch.fx.GraphModule) -> List[str]:
     lines = []
     for node in gm.graph.nodes:
         if node.op == "call_function" and lookup(node.target) is None:
-            lines.append(f"  {node.target} (FX node %{node.name}: {node.format_node()}; "
+            lines.append(f"  {target_key(node.target)} (FX node %{node.name}: {node.format_node()}; "
                          f"at {source_line(node)})")
         elif node.op in ("call_module", "call_method"):
             lines.append(f"  {node.op} {node.target} (FX node %{node.name}; at {source_line(node)})")
@@ -71,7 +73,16 @@ def _placeholder_val(node: torch.fx.Node, example: Any) -> Any:
 
 def convert_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name: str,
                   rank: int = 0, world_size: int = 1) -> ConvertedGraph:
+    """Convert ``gm`` (raises UnsupportedOpError listing every op without a converter)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
     check_supported(gm, graph_name)
+    with unset_fake_temporarily():  # Const values must be real tensors even under AOT's fake mode
+        return _convert(gm, example_inputs, graph_name, rank, world_size)
+
+
+def _convert(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name: str,
+             rank: int, world_size: int) -> ConvertedGraph:
     b = GraphBuilder(graph_name)
     cx = ConvertContext(b, rank, world_size)
     env: Dict[torch.fx.Node, Any] = {}
@@ -86,6 +97,12 @@ def convert_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph
         elif isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
             env[node] = b.data(torch.int64, (), placement="CPU", name=node.name)
             inputs.append("sym")
+        elif val is None or _is_opaque(val):
+            # an opaque object input (e.g. a ProcessGroup as a script object): used by the
+            # converters at conversion time, never fed to GE
+            env[node] = getattr(val, "real_obj", val)
+            inputs.append("opaque")
+            continue
         else:
             raise UnsupportedOpError(f"placeholder %{node.name} has unsupported value {val!r}")
         cx.data_index[env[node].op] = i
@@ -117,7 +134,14 @@ def convert_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph
         mutations.append((index, len(refs)))
         refs.append(value)
     b.net_output(refs, control=cx.keep_alive)
-    return ConvertedGraph(b.model(graph_name), inputs, mapped, mutations, gm.code)
+    fx_nodes = {n.name: n.format_node() for n in gm.graph.nodes}
+    return ConvertedGraph(b.model(graph_name), inputs, mapped, mutations, gm.code, fx_nodes)
+
+
+def _is_opaque(val: Any) -> bool:
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    return isinstance(val, (FakeScriptObject, torch.ScriptObject)) or hasattr(val, "real_obj")
 
 
 def _outputs(args: Any, env: Dict[torch.fx.Node, Any]) -> List[Tuple[str, Any]]:

@@ -25,13 +25,13 @@ def result_type(a: Any, b: Any) -> torch.dtype:
 
 # -- binary arithmetic: computed in the node's output dtype -----------------------------------
 def _arith(ge_type: str, swap: bool = False):
-    def conv(cx, a, b, *, alpha=1):
+    def conv(cx, a, b, alpha=1):
         dtype = cx.out_dtype
         x1, x2 = cx.tensor(a, dtype), cx.tensor(b, dtype)
+        if swap:  # rsub(self, other, alpha) = other - alpha * self
+            x1, x2 = x2, x1
         if alpha != 1:
             x2 = cx.emit1("Mul", [("x1", x2), ("x2", cx.const(alpha, dtype))], desc=(dtype, x2.shape))
-        if swap:
-            x1, x2 = x2, x1
         return cx.emit1(ge_type, [("x1", x1), ("x2", x2)])
     return conv
 
@@ -126,7 +126,7 @@ def _gelu(cx, x, *, approximate: str = "none"):
     return cx.emit1("GeluV2", [("x", cx.cast(x, cx.out_dtype))], {"approximate": approximate})
 
 
-@register([aten.clamp.default], ["ClipByValueV2", "Maximum", "Minimum", "Cast", "Const"])
+@register([aten.clamp.default], ["Maximum", "Minimum", "Cast", "Const"])
 def _clamp(cx, x, min=None, max=None):
     dtype = cx.out_dtype
     y = cx.cast(x, dtype)

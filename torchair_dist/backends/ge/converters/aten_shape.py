@@ -6,6 +6,7 @@ from typing import Any, List, Sequence
 
 import torch
 
+from ....errors import UnsupportedOpError
 from ..builder import TensorRef
 from .registry import register
 
@@ -69,10 +70,7 @@ def _t(cx, x):
 
 def _dim_of(cx, x: TensorRef, j: int) -> Any:
     """Dimension j of x: an int when static, else a scalar int64 ref computed at run time."""
-    if x.shape[j] >= 0:
-        return x.shape[j]
-    return cx.emit1("GatherV2", [("x", cx.shape_of(x)), ("indices", cx.const(j, torch.int64)),
-                                 ("axis", cx.const(0, torch.int64))], None, (torch.int64, ()))
+    return cx.dim(x, j)
 
 
 @register([aten.expand.default], ["BroadcastTo", "Const", "Pack", "Shape", "GatherV2"])
@@ -92,6 +90,13 @@ def _cat(cx, tensors, dim=0):
                                                         and rank != 1)]
     return cx.emit1("ConcatV2", [("x", parts), ("concat_dim", cx.const(_norm(dim, rank), torch.int64))],
                     {"N": len(parts)})
+
+
+@register([aten.stack.default], ["Pack", "Cast"])
+def _stack(cx, tensors, dim=0):
+    dtype, shape = cx.out()
+    parts = [cx.cast(t, dtype) for t in tensors]
+    return cx.emit1("Pack", [("x", parts)], {"axis": _norm(dim, len(shape)), "N": len(parts)})
 
 
 @register([aten.slice.Tensor], ["StridedSlice", "Const", "Pack", "Cast"])
@@ -123,12 +128,17 @@ def _select(cx, x, dim, index):
                                  ("axis", cx.const(dim, torch.int64))])
 
 
-@register([aten.split.Tensor, aten.split_with_sizes.default], ["SplitV", "Const"])
+@register([aten.split.Tensor, aten.split_with_sizes.default], ["SplitV", "Const", "Pack", "Cast"])
 def _split(cx, x, split, dim=0):
+    """Sizes come from the FX arguments (ints or symbols); for ``split.Tensor`` every piece but
+    the last has ``split`` elements and the last is inferred (-1)."""
     dim = _norm(dim, len(x.shape))
     outs = [cx.out(i) for i in range(len(cx.val))]
-    sizes = [shape[dim] for _, shape in outs]
-    return cx.emit("SplitV", [("x", x), ("size_splits", cx.const(sizes, torch.int64)),
+    if isinstance(split, (list, tuple)):
+        sizes = list(split)
+    else:
+        sizes = [split] * (len(outs) - 1) + [-1]
+    return cx.emit("SplitV", [("x", x), ("size_splits", cx.int_list(sizes)),
                               ("split_dim", cx.const(dim, torch.int64))],
                    {"num_split": len(outs)}, [("y", outs)])
 
@@ -178,3 +188,74 @@ def _triu(cx, x, diagonal=0):
 @register([aten.tril.default], ["Tril"])
 def _tril(cx, x, diagonal=0):
     return cx.emit1("Tril", [("x", x)], {"diagonal": int(diagonal)})
+
+
+def _slice_dim(cx, x: TensorRef, dim: int, start: Any, end: Any) -> TensorRef:
+    """x[..., start:end, ...] along ``dim`` (end None = to the end)."""
+    rank = len(x.shape)
+    shape = list(x.shape)
+    if isinstance(start, int) and isinstance(end, int) and shape[dim] >= 0:
+        shape[dim] = max(0, min(end, shape[dim]) - start)
+    elif end is None and isinstance(start, int) and shape[dim] >= 0:
+        shape[dim] = max(0, shape[dim] - start)
+    else:
+        shape[dim] = -1
+    others = sum(1 << i for i in range(rank) if i != dim)
+    begin, stop = [0] * rank, [0] * rank
+    begin[dim] = start
+    stop[dim] = 0 if end is None else end
+    return cx.emit1("StridedSlice", [("x", x), ("begin", cx.int_list(begin)),
+                                     ("end", cx.int_list(stop)), ("strides", cx.int_list([1] * rank))],
+                    {"begin_mask": others, "end_mask": others | (1 << dim if end is None else 0)},
+                    (x.dtype, tuple(shape)))
+
+
+def _splice(cx, x: TensorRef, src: TensorRef, dim: int, start: Any, end: Any) -> TensorRef:
+    """x with x[start:end] along dim replaced by src: Concat(x[:start], src, x[end:])."""
+    parts = [_slice_dim(cx, x, dim, 0, start), cx.cast(src, x.dtype), _slice_dim(cx, x, dim, end, None)]
+    return cx.emit1("ConcatV2", [("x", parts), ("concat_dim", cx.const(dim, torch.int64))],
+                    {"N": 3})
+
+
+def _bound(v: Any, size: int) -> Any:
+    if isinstance(v, int) and size >= 0:
+        v = v + size if v < 0 else v
+        return max(0, min(v, size))
+    return v
+
+
+@register([aten.slice_scatter.default], ["StridedSlice", "ConcatV2", "Const", "Pack", "Cast"])
+def _slice_scatter(cx, x, src, dim=0, start=None, end=None, step=1):
+    if step != 1:
+        raise UnsupportedOpError(f"slice_scatter with step {step} (%{cx.node.name}): GE lowering "
+                                 f"supports step 1 only")
+    dim = _norm(dim, len(x.shape))
+    size = x.shape[dim]
+    start = _bound(0 if start is None else start, size)
+    end = size if (end is None or (isinstance(end, int) and end >= _INT64_MAX)) else _bound(end, size)
+    if end == -1:
+        raise UnsupportedOpError(f"slice_scatter %{cx.node.name}: open end on a symbolic dim")
+    return _splice(cx, x, src, dim, start, end)
+
+
+@register([aten.select_scatter.default],
+          ["StridedSlice", "ConcatV2", "Unsqueeze", "Const", "Pack", "Cast"])
+def _select_scatter(cx, x, src, dim, index):
+    dim = _norm(dim, len(x.shape))
+    index = _bound(index, x.shape[dim])
+    src = cx.emit1("Unsqueeze", [("x", src)], {"axes": [dim]},
+                   (src.dtype, tuple(src.shape[:dim]) + (1,) + tuple(src.shape[dim:])))
+    end = index + 1 if isinstance(index, int) else cx.emit1(
+        "Add", [("x1", index), ("x2", cx.const(1, torch.int64))], None, (torch.int64, ()))
+    return _splice(cx, x, src, dim, index, end)
+
+
+@register([aten.index_put.default], ["IndexPutV2", "Const", "Cast"])
+def _index_put(cx, x, indices, values, accumulate=False):
+    """GE IndexPutV2, same index encoding as Index (``indexed_sizes`` marks indexed dims)."""
+    mask = [0 if t is None else 1 for t in indices]
+    given = [t for t in indices if t is not None]
+    return cx.emit1("IndexPutV2", [("x", x), ("value", cx.tensor(values, x.dtype)),
+                                   ("indexed_sizes", cx.const(mask, torch.int64)),
+                                   ("indexed_strides", cx.const([0] * len(mask), torch.int64)),
+                                   ("indices", given)], {"accumulate": bool(accumulate)}, port="x")

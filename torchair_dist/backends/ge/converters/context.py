@@ -104,6 +104,24 @@ class ConvertContext:
         return self.emit1("Shape", [("x", x)], {"dtype": int(ge_dtype(torch.int64))},
                           (torch.int64, (len(x.shape),)))
 
+    def dim(self, x: TensorRef, i: int) -> Any:
+        """Dimension i of x: an int when static, else a shape-[] int64 ref read at run time."""
+        i = i % len(x.shape)
+        if x.shape[i] >= 0:
+            return x.shape[i]
+        return self.emit1("GatherV2", [("x", self.shape_of(x)), ("indices", self.const(i, torch.int64)),
+                                       ("axis", self.const(0, torch.int64))], None, (torch.int64, ()))
+
+    def dims(self, x: TensorRef) -> List[Any]:
+        """Every dimension of x (see :meth:`dim`); one Shape op serves all symbolic ones."""
+        if all(d >= 0 for d in x.shape):
+            return list(x.shape)
+        shape = self.shape_of(x)
+        return [d if d >= 0 else self.emit1(
+            "GatherV2", [("x", shape), ("indices", self.const(i, torch.int64)),
+                         ("axis", self.const(0, torch.int64))], None, (torch.int64, ()))
+            for i, d in enumerate(x.shape)]
+
     def reshape(self, x: TensorRef, shape: Sequence[Any], desc_shape: Sequence[int]) -> TensorRef:
         return self.emit1("Reshape", [("x", x), ("shape", self.int_list(shape))], None,
                           (x.dtype, tuple(desc_shape)))

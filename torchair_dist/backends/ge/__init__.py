@@ -1,0 +1,159 @@
+"""The GE backend (``max-autotune``): FX (AOT aten) graph -> GE IR -> a GE runtime.
+
+``compile_graph(ctx)`` converts the graph with the converter registry (:mod:`.converters`),
+serializes the ``ModelDef``, optionally dumps/exports it, loads the bytes into a runtime
+(:mod:`.runtime`: CANN on an Ascend host, else the reference executor) and returns a boxed
+runner with the FX calling convention. Inputs the graph mutates (AOT's ``copy_`` into a
+placeholder) are written back after each run; opaque inputs (a process group passed as a script
+object) are read at conversion time and not fed to GE.
+
+Options read: ``debug.run_eagerly`` (run the FX graph instead), ``debug.graph_dump.type/path``,
+``export.export_mode/export_path_dir/export_name/weight_name`` and
+``export.experimental.auto_atc_config_generated`` (export happens on the first call, when the
+weights' values are known; the graph then runs as usual). ``TORCHAIR_DIST_GE_VALIDATE=1`` checks
+every converted graph against the GE operator registry (the GE tests turn it on).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, List
+
+import torch
+
+from ..context import GraphContext, boxed
+from .fx2ge import ConvertedGraph, convert_graph
+
+log = logging.getLogger("torchair_dist")
+
+ENV_VALIDATE = "TORCHAIR_DIST_GE_VALIDATE"
+
+
+def option(config: Any, path: str, default: Any = None) -> Any:
+    """The typed value (``.raw``) of a config option by dotted path; ``default`` if absent."""
+    obj = config
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return default
+    return getattr(obj, "raw", obj)
+
+
+def _run_eagerly(gm: torch.fx.GraphModule):
+    def runner(args: List[Any]):
+        return gm(*args)
+    return boxed(runner)
+
+
+def compile_graph(ctx: GraphContext):
+    """Convert, (dump, export,) load and wrap one AOT forward graph; see the module docstring."""
+    config = ctx.config
+    if option(config, "debug.run_eagerly", False):
+        return _run_eagerly(ctx.gm)
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # AOT calls us under its FakeTensorMode; we build real data
+        return _compile(ctx, config)
+
+
+def _compile(ctx: GraphContext, config: Any):
+    converted = convert_graph(ctx.gm, ctx.example_inputs, ctx.graph_name, ctx.rank,
+                              ctx.world_size)
+    if os.environ.get(ENV_VALIDATE) == "1":
+        from .registry_check import validate
+
+        validate(converted.model)
+    dump_type = option(config, "debug.graph_dump.type")
+    if dump_type:
+        from .dump import dump_graph
+
+        name = dump_graph(converted, dump_type, option(config, "debug.graph_dump.path"),
+                          ctx.graph_name, ctx.rank)
+        log.info("rank %d: GE graph %s dumped to %s", ctx.rank, ctx.graph_name, name)
+    model_bytes = converted.model.SerializeToString()
+    from .runtime import create_runtime
+
+    runtime = create_runtime(device=_input_device(ctx.example_inputs))
+    runtime.load(model_bytes)
+    runner = make_runner(converted, runtime)
+    if option(config, "export.export_mode", False):
+        return _exporting(runner, converted, ctx)
+    return runner
+
+
+def _exporting(runner, converted: ConvertedGraph, ctx: GraphContext):
+    """Export mode: the first call writes this rank's export (weights need real values, which
+    only the first call has), then every call runs the graph as usual."""
+    from .export import export_model
+
+    config = ctx.config
+    done = []
+
+    def run(args: List[Any]):
+        if not done:
+            weight_name = option(config, "export.weight_name") or {}
+            names = {i: weight_name[id(args[i])] for i in ctx.static_input_indices
+                     if id(args[i]) in weight_name}
+            path = export_model(
+                converted, args, export_path=option(config, "export.export_path_dir") or "./",
+                export_name=option(config, "export.export_name") or "export", rank=ctx.rank,
+                world_size=ctx.world_size, distributed=_distributed(),
+                static_input_indices=ctx.static_input_indices, weight_names=names,
+                auto_atc_config=bool(option(config, "export.experimental.auto_atc_config_generated",
+                                            False)))
+            log.info("rank %d: GE graph %s exported to %s", ctx.rank, ctx.graph_name, path)
+            done.append(path)
+        return runner(args)
+    return boxed(run)
+
+
+def _input_device(example_inputs) -> torch.device:
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor) and x.device.type != "meta":
+            return x.device
+    return torch.device("cpu")
+
+
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def make_runner(converted: ConvertedGraph, runtime: Any):
+    """The boxed FX-convention runner around a loaded GE runtime."""
+    sym_positions = [i for i, kind in enumerate(converted.inputs) if kind == "sym"]
+    fed = [i for i, kind in enumerate(converted.inputs) if kind != "opaque"]
+    if len(fed) == len(converted.inputs):
+        fed = None
+    outputs = converted.outputs
+    mutations = converted.mutations
+    plain = not sym_positions and not mutations and fed is None and all(
+        k == "ge" for k, _ in outputs)
+    run = runtime.run
+
+    if plain:
+        def runner(args: List[Any]):
+            return run(args)
+        return boxed(runner)
+
+    def runner(args: List[Any]):
+        feed = list(args)
+        for i in sym_positions:
+            feed[i] = torch.tensor(int(feed[i]), dtype=torch.int64)
+        outs = run(feed if fed is None else [feed[i] for i in fed])
+        for index, pos in mutations:
+            args[index].copy_(outs[pos])
+        result = []
+        for kind, value in outputs:
+            if kind == "ge":
+                result.append(outs[value])
+            elif kind == "sym":
+                result.append(int(outs[value]))
+            else:
+                result.append(value)
+        return result
+    return boxed(runner)
+
+
+__all__ = ["compile_graph", "make_runner", "option"]

@@ -1,0 +1,11 @@
+"""GE converters: ONE registry table (:data:`CONVERTERS`), filled by the modules below.
+
+``aten_attention`` (scaled dot-product attention, decomposed), ``aten_math`` (arithmetic, comparisons, activations, reductions, matmuls, norms), ``aten_shape``
+(views, slicing, concatenation, indexing), ``aten_misc`` (casts, copies, factories, symbolic
+sizes), ``collectives`` (``_c10d_functional`` -> Hcom*) and ``collectives_ext`` (the
+``torchair_dist::`` ops: list all_gather, all_to_all_v, send, recv). Each registration names the GE op
+types it may emit.
+"""
+from .registry import CONVERTERS, Converter, lookup, register, target_key  # noqa: F401
+from . import aten_attention, aten_math, aten_misc, aten_shape  # noqa: F401,E402
+from . import collectives, collectives_ext  # noqa: F401,E402

@@ -1,0 +1,100 @@
+"""Converters: the ``torchair_dist::`` collective ops (:mod:`torchair_dist.collectives.ops`).
+
+- ``all_gather`` (list form): equal sizes -> ``HcomAllGather`` + ``SplitV`` + ``Reshape``;
+  unequal sizes -> one ``HcomBroadcast`` per group rank.
+- ``all_to_all_v`` -> ``HcomAllToAllV`` (element counts/displacements) + ``Reshape``.
+- ``send`` -> ``HcomSend`` (kept alive by a control edge into ``NetOutput``; the token the op
+  returns is an empty Const); ``recv`` -> ``HcomReceive`` with static ``shape``/``dtype``.
+``dst``/``src`` are global ranks in the FX graph and group ranks in GE (``dest_rank``/``src_rank``).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ....collectives import ops as dist_ops  # noqa: F401  (defines torch.ops.torchair_dist)
+from ....collectives.groups import parse_group_name, stable_name_of
+from ....errors import UnsupportedOpError
+from .registry import register
+
+td = torch.ops.torchair_dist
+
+
+def _group(group_name):
+    name = stable_name_of(group_name)
+    return name, parse_group_name(name)[1]
+
+
+@register([td.all_gather.default], ["HcomAllGather", "SplitV", "Reshape", "HcomBroadcast", "Const",
+                                    "Shape", "GatherV2", "Pack", "Cast"])
+def _all_gather_list(cx, output_like, x, group_name):
+    group, ranks = _group(group_name)
+    me = ranks.index(cx.rank) if cx.rank in ranks else 0
+    outs = [cx.out(i) for i in range(len(output_like))]
+    if all(tuple(o.shape) == tuple(x.shape) for o in output_like) and all(d >= 0 for d in x.shape):
+        n = math.prod(x.shape)
+        flat = cx.reshape(x, [-1], [n])
+        gathered = cx.emit1("HcomAllGather", [("x", flat)],
+                            {"rank_size": len(ranks), "group": group, "fusion": 0},
+                            (x.dtype, (n * len(ranks),)))
+        pieces = cx.emit("SplitV", [("x", gathered), ("size_splits", cx.const([n] * len(ranks))),
+                                    ("split_dim", cx.const(0))], {"num_split": len(ranks)},
+                         [("y", [(x.dtype, (n,))] * len(ranks))])
+        return [cx.reshape(p, cx.dims(like), shape)
+                for p, like, (_, shape) in zip(pieces, output_like, outs)]
+    results = []
+    for i, (dtype, shape) in enumerate(outs):
+        src = cx.reshape(x, cx.dims(output_like[i]), shape) if i == me else output_like[i]
+        (y,) = cx.emit("HcomBroadcast", [("x", [src])],
+                       {"root_rank": i, "group": group, "fusion": 0}, [("y", [(dtype, shape)])])
+        results.append(y)
+    return results
+
+
+@register([td.all_to_all_v.default],
+          ["HcomAllToAllV", "Reshape", "Const", "Pack", "Cast", "Shape", "GatherV2"])
+def _all_to_all_v(cx, x, send_counts, send_displacements, recv_counts, recv_displacements,
+                  group_name):
+    group, _ = _group(group_name)
+    dtype, out_shape = cx.out()
+    total = -1 if any(d < 0 for d in out_shape) else math.prod(out_shape)
+    vectors = [cx.int_list(list(v)) for v in (send_counts, send_displacements, recv_counts,
+                                              recv_displacements)]
+    flat = cx.emit1("HcomAllToAllV", [("send_data", x), ("send_counts", vectors[0]),
+                                      ("send_displacements", vectors[1]),
+                                      ("recv_counts", vectors[2]),
+                                      ("recv_displacements", vectors[3])],
+                    {"group": group}, (dtype, (total,)), port="recv_data")
+    return cx.reshape(flat, [-1] + cx.dims(x)[1:], out_shape)
+
+
+@register([td.send.default], ["HcomSend", "Const"])
+def _send(cx, x, dst, tag, group_name):
+    group, ranks = _group(group_name)
+    if dst not in ranks:
+        raise UnsupportedOpError(f"send to rank {dst}, which is not in group {group}")
+    cx.emit("HcomSend", [("x", x)], {"group": group, "sr_tag": int(tag),
+                                     "dest_rank": ranks.index(dst)}, [])
+    cx.keep_alive.append(cx.b.graph.op[-1].name)
+    return cx.const(torch.empty((0,), dtype=x.dtype))
+
+
+@register([td.recv.default], ["HcomReceive"])
+def _recv(cx, like, src, tag, group_name):
+    group, ranks = _group(group_name)
+    dtype, shape = cx.out()
+    if any(d < 0 for d in shape):
+        raise UnsupportedOpError(
+            f"GE's HcomReceive needs a static shape (its 'shape' attribute), but recv "
+            f"%{cx.node.name} receives a tensor of symbolic shape {list(shape)}; compile with "
+            f"dynamic=False or mark the receive buffer static (torch._dynamo.mark_static), or "
+            f"use mode='npugraph_ex'")
+    if src not in ranks:
+        raise UnsupportedOpError(f"recv from rank {src}, which is not in group {group}")
+    y = cx.emit1("HcomReceive", [], {"group": group, "sr_tag": int(tag),
+                                     "src_rank": ranks.index(src), "shape": list(shape),
+                                     "dtype": dtype})
+    cx.keep_alive.append(cx.b.graph.op[-1].name)
+    return y
+

@@ -1,0 +1,225 @@
+"""Torch implementations of GE ops for the reference executor.
+
+``KERNELS[op_type](spec) -> fn(*inputs)``: a factory gets the decoded op (:class:`OpSpec`) once at
+load time, bakes in its attributes and Const-fed index inputs, and returns the function the
+generated code calls once per step. Each kernel implements the GE op's documented semantics
+(TF-style for the ops GE took from TensorFlow: StridedSlice masks, GatherV2, SplitV, ...).
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable, Dict
+
+import torch
+
+from ..dtypes import torch_dtype
+from .opspec import GeRuntimeError, OpSpec
+
+Factory = Callable[[OpSpec], Callable[..., Any]]
+KERNELS: Dict[str, Factory] = {}
+
+
+def kernel(*types: str):
+    def deco(factory: Factory) -> Factory:
+        for t in types:
+            KERNELS[t] = factory
+        return factory
+    return deco
+
+
+def ints(v: Any) -> list:
+    """A run-time int vector input (1-D tensor, 0-d tensor or Python ints) as a list."""
+    if isinstance(v, torch.Tensor):
+        return v.reshape(-1).tolist()
+    return list(v) if isinstance(v, (list, tuple)) else [int(v)]
+
+
+def _fixed(fn: Callable[..., Any]) -> Factory:
+    return lambda spec: fn
+
+
+# -- elementwise ---------------------------------------------------------------------------
+for _t, _fn in {"Add": operator.add, "Sub": operator.sub, "Mul": operator.mul,
+                "RealDiv": torch.true_divide, "Maximum": torch.maximum, "Minimum": torch.minimum,
+                "Pow": torch.pow, "Equal": torch.eq, "NotEqual": torch.ne, "Greater": torch.gt,
+                "GreaterEqual": torch.ge, "Less": torch.lt, "LessEqual": torch.le,
+                "LogicalAnd": torch.logical_and, "LogicalOr": torch.logical_or,
+                "BitwiseAnd": torch.bitwise_and, "BitwiseOr": torch.bitwise_or,
+                "FloorMod": torch.remainder, "Neg": torch.neg, "Abs": torch.abs,
+                "Rsqrt": torch.rsqrt, "Sqrt": torch.sqrt, "Sigmoid": torch.sigmoid,
+                "Relu": torch.relu, "Tanh": torch.tanh, "Cos": torch.cos, "Sin": torch.sin,
+                "Reciprocal": torch.reciprocal, "Erf": torch.erf, "Floor": torch.floor,
+                "Ceil": torch.ceil, "Round": torch.round, "Sign": torch.sign, "Log1p": torch.log1p,
+                "Expm1": torch.expm1, "Trunc": torch.trunc, "LogicalNot": torch.logical_not,
+                "Invert": torch.bitwise_not, "Triu": None, "Tril": None}.items():
+    if _fn is not None:
+        kernel(_t)(_fixed(_fn))
+
+
+@kernel("AddN")
+def _add_n(spec: OpSpec):
+    def run(*xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = out + x
+        return out
+    return run
+
+
+@kernel("FloorDiv")
+def _floordiv(spec: OpSpec):
+    return lambda a, b: torch.div(a, b, rounding_mode="floor")
+
+
+@kernel("TruncateDiv")
+def _truncdiv(spec: OpSpec):
+    return lambda a, b: torch.div(a, b, rounding_mode="trunc")
+
+
+def _log_base(spec: OpSpec, fn):
+    base, scale, shift = spec.attr("base", -1.0), spec.attr("scale", 1.0), spec.attr("shift", 0.0)
+    if base == -1.0 and scale == 1.0 and shift == 0.0:
+        return fn
+    raise GeRuntimeError(f"{spec.type} {spec.name!r}: base/scale/shift attributes not supported")
+
+
+kernel("Exp")(lambda spec: _log_base(spec, torch.exp))
+kernel("Log")(lambda spec: _log_base(spec, torch.log))
+
+
+@kernel("Swish")
+def _swish(spec: OpSpec):
+    scale = spec.attr("scale", 1.0)
+    if scale == 1.0:
+        return torch.nn.functional.silu
+    return lambda x: x * torch.sigmoid(x * scale)
+
+
+@kernel("GeluV2")
+def _gelu(spec: OpSpec):
+    approximate = spec.attr("approximate", "none")
+    return lambda x: torch.nn.functional.gelu(x, approximate=approximate)
+
+
+@kernel("Cast")
+def _cast(spec: OpSpec):
+    dtype = torch_dtype(spec.attr("dst_type"))
+    return lambda x: x.to(dtype)
+
+
+@kernel("Identity")
+def _identity(spec: OpSpec):
+    return lambda x: x
+
+
+@kernel("TensorMove")
+def _tensor_move(spec: OpSpec):
+    return lambda x: x.clone()
+
+
+@kernel("Triu", "Tril")
+def _tri(spec: OpSpec):
+    fn, diagonal = (torch.triu if spec.type == "Triu" else torch.tril), spec.attr("diagonal", 0)
+    return lambda x: fn(x, diagonal)
+
+
+@kernel("SelectV2")
+def _select_v2(spec: OpSpec):
+    return torch.where
+
+
+@kernel("MaskedFill")
+def _masked_fill(spec: OpSpec):
+    return lambda x, mask, value: x.masked_fill(mask, value)
+
+
+# -- reductions, softmax, scans ------------------------------------------------------------
+_REDUCE = {"ReduceSum": torch.sum, "ReduceMean": torch.mean, "ReduceMax": torch.amax,
+           "ReduceProd": lambda x, dim, keepdim: _prod(x, dim, keepdim),
+           "ReduceMin": torch.amin, "ReduceAny": torch.any, "ReduceAll": torch.all}
+
+
+def _prod(x, dims, keepdim):
+    for d in sorted((d % max(x.dim(), 1) for d in dims), reverse=True):
+        x = torch.prod(x, d, keepdim=keepdim)
+    return x
+
+
+@kernel(*_REDUCE)
+def _reduce(spec: OpSpec):
+    fn, keep = _REDUCE[spec.type], bool(spec.attr("keep_dims", False))
+    axes = spec.const_ints("axes")
+
+    def run(x, axes_in):
+        dims = axes if axes is not None else tuple(ints(axes_in))
+        if not dims:  # GE: empty axes reduce nothing
+            return x
+        return fn(x, dim=dims, keepdim=keep)
+    return run
+
+
+@kernel("SoftmaxV2", "LogSoftmaxV2")
+def _softmax(spec: OpSpec):
+    axes = spec.attr("axes", [-1])
+    if len(axes) != 1:
+        raise GeRuntimeError(f"{spec.type} {spec.name!r}: only one axis is supported, got {axes}")
+    fn = torch.softmax if spec.type == "SoftmaxV2" else torch.log_softmax
+    return lambda x: fn(x, axes[0])
+
+
+@kernel("Cumsum")
+def _cumsum(spec: OpSpec):
+    exclusive, reverse = spec.attr("exclusive", False), spec.attr("reverse", False)
+
+    def run(x, axis):
+        dim = ints(axis)[0]
+        y = x.flip(dim) if reverse else x
+        out = torch.cumsum(y, dim)
+        if exclusive:
+            out = out - y
+        return out.flip(dim) if reverse else out
+    return run
+
+
+@kernel("ArgMaxV2")
+def _argmax(spec: OpSpec):
+    dtype = torch_dtype(spec.attr("dtype", 8))
+    return lambda x, dim: torch.argmax(x, ints(dim)[0]).to(dtype)
+
+
+@kernel("TopKV2")
+def _topk(spec: OpSpec):
+    dim, largest, srt = spec.attr("dim", -1), spec.attr("largest", True), spec.attr("sorted", True)
+
+    def run(x, k):
+        values, idx = torch.topk(x, ints(k)[0], dim, largest, srt)
+        return values, idx.to(torch.int32)
+    return run
+
+
+# -- matmuls and norms ---------------------------------------------------------------------
+@kernel("MatMulV2", "BatchMatMulV2")
+def _matmul(spec: OpSpec):
+    if spec.type == "MatMulV2":
+        ta, tb = spec.attr("transpose_x1", False), spec.attr("transpose_x2", False)
+    else:
+        ta, tb = spec.attr("adj_x1", False), spec.attr("adj_x2", False)
+    has_bias = spec.port("bias") is not None
+
+    def run(a, b, bias=None, *_):
+        y = torch.matmul(a.transpose(-1, -2) if ta else a, b.transpose(-1, -2) if tb else b)
+        return y + bias if has_bias else y
+    return run
+
+
+@kernel("LayerNormV4")
+def _layer_norm(spec: OpSpec):
+    shape = spec.const_ints("normalized_shape")
+    gi, bi, eps = spec.port("gamma"), spec.port("beta"), float(spec.attr("epsilon", 1e-5))
+
+    def run(x, normalized_shape, *rest):
+        args = (x, normalized_shape) + rest
+        dims = shape if shape is not None else ints(normalized_shape)
+        return torch.native_layer_norm(x, dims, None if gi is None else args[gi],
+                                       None if bi is None else args[bi], eps)
+    return run

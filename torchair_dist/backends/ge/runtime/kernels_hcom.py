@@ -1,0 +1,142 @@
+"""Hcom* GE ops through ``torch.distributed`` (gloo, NCCL or HCCL process groups).
+
+The ``group`` attribute is a stable group name; it is resolved to a live process group with
+:func:`torchair_dist.collectives.groups.resolve` when the graph is loaded. Every kernel returns a
+new tensor and leaves its input untouched, like the GE op.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ....collectives import groups
+from .kernels import ints, kernel
+from .opspec import GeRuntimeError, OpSpec
+
+_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,
+               "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+
+def _group(spec: OpSpec):
+    return groups.resolve(spec.attr("group"))
+
+
+def _reduce_op(spec: OpSpec):
+    try:
+        return _REDUCE_OPS[spec.attr("reduction")]
+    except KeyError:
+        raise GeRuntimeError(f"{spec.type} {spec.name!r}: unknown reduction "
+                             f"{spec.attr('reduction')!r}") from None
+
+
+@kernel("HcomAllReduce")
+def _all_reduce(spec: OpSpec):
+    pg, op = _group(spec), _reduce_op(spec)
+
+    def run(x):
+        y = x.clone(memory_format=torch.contiguous_format)
+        dist.all_reduce(y, op, group=pg)
+        return y
+    return run
+
+
+@kernel("HcomAllGather")
+def _all_gather(spec: OpSpec):
+    pg, size = _group(spec), spec.attr("rank_size")
+
+    def run(x):
+        x = x.contiguous()
+        y = x.new_empty((x.shape[0] * size,) + tuple(x.shape[1:]))
+        dist.all_gather_into_tensor(y, x, group=pg)
+        return y
+    return run
+
+
+@kernel("HcomReduceScatter")
+def _reduce_scatter(spec: OpSpec):
+    pg, op, size = _group(spec), _reduce_op(spec), spec.attr("rank_size")
+
+    def run(x):
+        x = x.contiguous()
+        y = x.new_empty((x.shape[0] // size,) + tuple(x.shape[1:]))
+        dist.reduce_scatter_tensor(y, x, op, group=pg)
+        return y
+    return run
+
+
+@kernel("HcomBroadcast")
+def _broadcast(spec: OpSpec):
+    pg, root = _group(spec), spec.attr("root_rank")
+
+    def run(*xs):
+        ys = tuple(x.clone(memory_format=torch.contiguous_format) for x in xs)
+        for y in ys:
+            dist.broadcast(y, group=pg, group_src=root)
+        return ys if len(ys) != 1 else ys[0]
+    return run
+
+
+@kernel("HcomAllToAll")
+def _all_to_all(spec: OpSpec):
+    pg = _group(spec)
+
+    def run(x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        dist.all_to_all_single(y, x, group=pg)
+        return y
+    return run
+
+
+@kernel("HcomAllToAllV")
+def _all_to_all_v(spec: OpSpec):
+    """Counts and displacements are in elements of the flattened send/receive buffers."""
+    pg = _group(spec)
+
+    def run(x, send_counts, send_displs, recv_counts, recv_displs):
+        sc, sd, rc, rd = ints(send_counts), ints(send_displs), ints(recv_counts), ints(recv_displs)
+        flat = x.reshape(-1)
+        send = torch.cat([flat[d:d + c] for c, d in zip(sc, sd)])
+        recv = flat.new_empty(sum(rc))
+        dist.all_to_all_single(recv, send, output_split_sizes=rc, input_split_sizes=sc, group=pg)
+        if all(d == sum(rc[:i]) for i, d in enumerate(rd)):
+            return recv
+        out = flat.new_zeros(sum(rc))
+        offset = 0
+        for c, d in zip(rc, rd):
+            out[d:d + c] = recv[offset:offset + c]
+            offset += c
+        return out
+    return run
+
+
+@kernel("HcomSend")
+def _send(spec: OpSpec):
+    """Issued asynchronously (a blocking send could deadlock against the peer's own sends);
+    every pending send of the graph is waited for before the graph returns."""
+    pg, dst, tag = _group(spec), spec.attr("dest_rank"), spec.attr("sr_tag", 0)
+    pending = spec.state.setdefault("pending", [])
+
+    def finish():
+        for work in pending:
+            work.wait()
+        pending.clear()
+    spec.state["finish"] = finish
+
+    def run(x):
+        x = x.contiguous()
+        pending.append(dist.isend(x, group=pg, group_dst=dst, tag=tag))
+    return run
+
+
+@kernel("HcomReceive")
+def _receive(spec: OpSpec):
+    pg, src, tag = _group(spec), spec.attr("src_rank"), spec.attr("sr_tag", 0)
+    dtype, device = spec.outputs[0][0], spec.state.get("device")
+    shape = tuple(spec.attr("shape"))
+
+    def run():
+        y = torch.empty(shape, dtype=dtype, device=device)
+        dist.recv(y, group=pg, group_src=src, tag=tag)
+        return y
+    return run

@@ -1,0 +1,91 @@
+"""A GE op decoded from its ``OpDef`` into plain Python: what a kernel factory receives."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from ....errors import TorchairDistError
+from ..dtypes import torch_dtype
+from ..proto import AttrDef, OpDef, TensorDef
+
+
+class GeRuntimeError(TorchairDistError, RuntimeError):
+    """A GE graph cannot be loaded or run by the reference executor."""
+
+
+def decode_tensor(tdef: TensorDef) -> torch.Tensor:
+    dtype = torch_dtype(tdef.desc.dtype)
+    shape = tuple(tdef.desc.shape.dim)
+    if not tdef.data:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(tdef.data), dtype=dtype).reshape(shape)
+
+
+def decode_attr(attr: AttrDef) -> Any:
+    which = attr.WhichOneof("value")
+    if which in ("i", "f", "b", "dt"):
+        return getattr(attr, which)
+    if which in ("s", "bt", "expression"):
+        raw = getattr(attr, which)
+        return raw.decode() if which == "s" else raw
+    if which == "t":
+        return decode_tensor(attr.t)
+    if which == "list_list_int":
+        return [list(row.list_i) for row in attr.list_list_int.list_list_i]
+    if which == "list_list_float":
+        return [list(row.list_f) for row in attr.list_list_float.list_list_f]
+    if which == "list":
+        lst = attr.list
+        vt = AttrDef.ListValue
+        field = {vt.VT_LIST_STRING: "s", vt.VT_LIST_INT: "i", vt.VT_LIST_FLOAT: "f",
+                 vt.VT_LIST_BOOL: "b", vt.VT_LIST_DATA_TYPE: "dt"}.get(lst.val_type)
+        if field is None:
+            for field in ("i", "f", "b", "s", "dt"):
+                if len(getattr(lst, field)):
+                    break
+        values = list(getattr(lst, field))
+        return [v.decode() for v in values] if field == "s" else values
+    return None
+
+
+@dataclasses.dataclass
+class OpSpec:
+    """One op: type, name, attrs, input port names, Const inputs, output descriptors."""
+
+    type: str
+    name: str
+    attrs: Dict[str, Any]
+    in_names: List[str]
+    consts: Dict[int, torch.Tensor]  # input position -> value, for inputs fed by a Const
+    outputs: List[Tuple[torch.dtype, Tuple[int, ...]]]
+    state: Dict[str, Any] = dataclasses.field(default_factory=dict)  # shared by a graph's kernels
+
+    def port(self, name: str) -> Optional[int]:
+        """Position of input port ``name`` among the fed inputs (None when omitted)."""
+        return self.in_names.index(name) if name in self.in_names else None
+
+    def const_ints(self, name: str) -> Optional[Tuple[int, ...]]:
+        """A Const-fed int input as a tuple (0-d -> 1-tuple), None when fed at run time."""
+        pos = self.port(name)
+        if pos is None or pos not in self.consts:
+            return None
+        return tuple(int(v) for v in self.consts[pos].reshape(-1).tolist())
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return self.attrs.get(key, default)
+
+
+def op_spec(op: OpDef, consts: Dict[str, torch.Tensor],
+            state: Optional[Dict[str, Any]] = None) -> OpSpec:
+    attrs = {k: decode_attr(v) for k, v in op.attr.items() if not k.startswith("_")}
+    data_inputs = [i for i in op.input if not i.endswith(":-1")]
+    const_in = {}
+    for pos, inp in enumerate(data_inputs):
+        src = inp.rpartition(":")[0]
+        if src in consts:
+            const_in[pos] = consts[src]
+    outs = [(torch_dtype(d.dtype), tuple(d.shape.dim)) for d in op.output_desc]
+    return OpSpec(op.type, op.name, attrs, [d.name for d in op.input_desc], const_in, outs,
+                  state if state is not None else {})
