@@ -29,5 +29,12 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py
 
+# Regenerate the committed GE protobuf module (pinned protoc: its output loads on protobuf 4.21+).
+GE_PROTO_DIR := torchair_dist/backends/ge/proto
+GRPC_TOOLS_DIR := build/grpc_tools_1_62
+proto: $(STAMP)
+	test -d $(GRPC_TOOLS_DIR)/grpc_tools || $(PY) -m pip install -q --no-deps --target $(GRPC_TOOLS_DIR) grpcio-tools==1.62.3
+	PYTHONPATH=$(GRPC_TOOLS_DIR) $(PY) -m grpc_tools.protoc -I $(GE_PROTO_DIR) --python_out=$(GE_PROTO_DIR) $(GE_PROTO_DIR)/ge_ir.proto
+
 docs: $(STAMP)
 	$(PY) -m torchair_dist.configs.reference --write README.md
