@@ -49,13 +49,16 @@ class RankFailure(AssertionError):
     """A ``RankPool.run`` call failed on at least one rank.
 
     ``per_rank`` maps every rank to a short status (``"ok"``, ``"raised"``, ``"died (exit -9)"``,
-    ``"hung"``); ``errors`` maps failed ranks to their traceback text / stack dump.
+    ``"hung"``); ``errors`` maps failed ranks to their traceback text / stack dump; ``results``
+    holds the return values of the ranks that did finish.
     """
 
-    def __init__(self, message: str, per_rank: Dict[int, str], errors: Dict[int, str]):
+    def __init__(self, message: str, per_rank: Dict[int, str], errors: Dict[int, str],
+                 results: Optional[Dict[int, Any]] = None):
         super().__init__(message)
         self.per_rank = per_rank
         self.errors = errors
+        self.results = results or {}
 
 
 def free_port() -> int:
@@ -106,10 +109,9 @@ def _worker_main(rank: int, world_size: int, port: int, workdir: str, pg_timeout
             payload = pickle.dumps(("err", traceback.format_exc()))
         sys.stdout.flush()
         conn.send_bytes(payload)
-    try:
-        dist.destroy_process_group()
-    finally:
-        conn.close()
+    conn.close()
+    sys.stdout.flush()
+    os._exit(0)  # skip gloo teardown: it can block on peers that are already gone
 
 
 # --------------------------------------------------------------------------------- parent side
@@ -157,8 +159,9 @@ class RankPool:
                     conn.send_bytes(b"stop")
                 except (OSError, ValueError):
                     pass
+            deadline = time.monotonic() + 5
             for proc in self._procs:
-                proc.join(timeout=10)
+                proc.join(timeout=max(0.1, deadline - time.monotonic()))
         for proc in self._procs:
             if proc.is_alive():
                 proc.kill()
@@ -219,7 +222,8 @@ class RankPool:
         self._dump_stacks(pending, status, errors)
         elapsed = time.monotonic() - start
         self.shutdown(kill=True)
-        raise RankFailure(self._message(what, elapsed, timeout, status, errors), status, errors)
+        raise RankFailure(self._message(what, elapsed, timeout, status, errors), status, errors,
+                          results)
 
     def _receive(self, r: int):
         """The rank's reply, ``("died", exitcode)`` when its pipe closed, None if nothing yet."""

@@ -1,1 +1,13 @@
-"""Collective-aware capture: op library, remaps, decompositions, p2p, groups, consistency."""
+"""Collective-aware capture: every torch.distributed call in the rank's graph, checked across ranks.
+
+Modules (one concern each):
+
+* :mod:`.ops` — the ``torchair_dist::`` op library (list all_gather, all_to_all_v, send, recv):
+  schemas, fake kernels, eager kernels on any c10d backend;
+* :mod:`.remap` — the ONE table of Dynamo polyfills for ``torch.distributed`` APIs, installed at
+  ``import torchair_dist``;
+* :mod:`.decompositions` — the default decomposition table merged first by ``get_npu_backend``;
+* :mod:`.p2p` — send/recv preprocessing of the Dynamo graph (tags, GE ordering strategy);
+* :mod:`.groups` — stable group names derived from (tag, ranks);
+* :mod:`.consistency` — cross-rank fingerprint check before a graph's first run, peer faults.
+"""

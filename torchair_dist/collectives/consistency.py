@@ -1,6 +1,329 @@
-"""Cross-rank consistency check (placeholder; owned by the collectives work)."""
+"""Cross-rank consistency check of compiled graphs, and clear errors when a peer fails.
+
+Ranks that compiled different collective sequences hang in the first collective they disagree
+on. :func:`guard_first_run` prevents that: before a graph's first run each rank publishes the
+*fingerprint* of its ordered collectives through the c10d store and compares it with the
+fingerprints of every rank it communicates with, with a bounded wait. A difference raises
+:class:`~torchair_dist.errors.CollectiveMismatchError` on every rank that sees it (all ranks
+involved compare symmetrically), naming the first divergent collective and what each rank had.
+
+Fingerprint entry (:func:`collective_fingerprint`): op, group ranks, dtype, shape with symbols
+(only the dims that must agree across ranks: all_to_all sizes legitimately differ), reduce op,
+root; for p2p the peer and tag. Comparison (:func:`compare`): per group, the ordered
+non-p2p collectives must be equal on every member; per pair of ranks, the sends of one must
+equal, in order, the receives of the other (peer, tag, dtype, shape); unmatched ones are named.
+
+Store protocol: one key per *scope* — a group (``group:0,1``) or a p2p pair (``p2p:0,1``) —
+``torchair_dist/consistency/<epoch>/<scope>/<n>/<rank>``, where ``n`` counts this process's checks
+of that scope; ranks sharing a scope meet there whatever else they do (a ring of sends, TP
+subgroups). A rank that publishes nothing for a scope within
+``distributed_config.consistency_timeout`` seconds is named in the error. Switch: ``distributed_config.consistency_check`` (on by default).
+
+Faults: once running, a collective that fails because a peer died or stopped (gloo/NCCL/HCCL
+error or timeout, bounded by the process-group timeout) is re-raised as
+:class:`CollectiveFaultError` naming the rank, the graph and its collectives.
+"""
+from __future__ import annotations
+
+import collections
+import datetime
+import json
+import logging
+import os
+import re
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+
+from ..backends.context import GraphContext
+from ..errors import CollectiveMismatchError, TorchairDistError
+from . import groups
+from .p2p import op_name
+
+log = logging.getLogger("torchair_dist")
+
+_PREFIX = "torchair_dist/consistency"
+_P2P_KINDS = ("send", "recv")
 
 
-def guard_first_run(runner, ctx):
-    """Called by the compiler after a backend compiled ``ctx``; returns the runner to use."""
-    return runner
+class CollectiveFaultError(TorchairDistError, RuntimeError):
+    """A collective of a compiled graph failed at run time (a peer died, stopped or timed out)."""
+
+
+# ----------------------------------------------------------------------------- fingerprint
+def _shape(node_arg, keep_dim0: bool = True) -> List[str]:
+    val = node_arg.meta.get("val") if isinstance(node_arg, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return ["?"]
+    dims = [str(d) for d in val.shape]
+    return dims if keep_dim0 else ["*"] + dims[1:]
+
+
+def _dtype(node_arg) -> str:
+    val = node_arg.meta.get("val") if isinstance(node_arg, torch.fx.Node) else None
+    return str(val.dtype).replace("torch.", "") if isinstance(val, torch.Tensor) else "?"
+
+
+# schema name -> (kind, index of the tensor arg, index of group arg, extra fields(args))
+_SPECS = {
+    "_c10d_functional::all_reduce": ("all_reduce", 0, 2, lambda a: {"reduce": a[1]}),
+    "_c10d_functional::all_reduce_": ("all_reduce", 0, 2, lambda a: {"reduce": a[1]}),
+    "_c10d_functional::all_gather_into_tensor": ("all_gather", 0, 2, lambda a: {}),
+    "_c10d_functional::reduce_scatter_tensor": ("reduce_scatter", 0, 3,
+                                                lambda a: {"reduce": a[1]}),
+    "_c10d_functional::all_to_all_single": ("all_to_all", 0, 3, lambda a: {}),
+    "_c10d_functional::broadcast": ("broadcast", 0, 2, lambda a: {"root": a[1]}),
+    "_c10d_functional::broadcast_": ("broadcast", 0, 2, lambda a: {"root": a[1]}),
+    "torchair_dist::all_gather": ("all_gather_list", 1, 2, lambda a: {}),
+    "torchair_dist::all_to_all_v": ("all_to_all", 0, 5, lambda a: {}),
+    "torchair_dist::send": ("send", 0, 3, lambda a: {"peer": a[1], "tag": a[2]}),
+    "torchair_dist::recv": ("recv", 0, 3, lambda a: {"peer": a[1], "tag": a[2]}),
+    "_c10d_functional::isend": ("send", 0, 3, lambda a: {"peer": a[1], "tag": a[2]}),
+    "_c10d_functional::irecv": ("recv", 0, 3, lambda a: {"peer": a[1], "tag": a[2]}),
+}
+_VARIABLE_DIM0 = {"all_to_all", "all_gather_list"}
+
+
+_LIBRARY_DIRS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                 os.path.dirname(os.path.abspath(torch.__file__)))
+
+
+def _where(node: torch.fx.Node) -> str:
+    """The user's source line of a collective (the innermost frame outside torch and us)."""
+    lines = (node.meta.get("stack_trace") or "").strip().splitlines()
+    frames = [(ln.strip(), lines[i + 1].strip() if i + 1 < len(lines) else "")
+              for i, ln in enumerate(lines) if ln.strip().startswith("File ")]
+    user = [f for f in frames if not any(d in f[0] for d in _LIBRARY_DIRS)]
+    if not (user or frames):
+        return node.name
+    where, code = (user or frames)[-1]
+    return f"{where}: {code}" if code else where
+
+
+_SYMBOL = re.compile(r"\b([su]\d+)\b")
+
+
+def _canonical_symbols(entries: List[Dict[str, Any]]) -> None:
+    """Rename shape symbols by order of first appearance (s0, s1, ...; unbacked u0, ...).
+
+    Dynamo names symbols after the value and source of a size, so ranks with different local
+    sizes elsewhere in the program name the same dim differently; the order-based names keep
+    which dims are equal and are comparable across ranks.
+    """
+    names: Dict[str, str] = {}
+
+    def rename(match):
+        sym = match.group(1)
+        if sym not in names:
+            names[sym] = f"{sym[0]}{sum(1 for v in names.values() if v[0] == sym[0])}"
+        return names[sym]
+
+    for e in entries:
+        e["shape"] = json.loads(_SYMBOL.sub(rename, json.dumps(e["shape"])))
+
+
+def collective_fingerprint(gm: torch.fx.GraphModule) -> List[Dict[str, Any]]:
+    """The ordered collectives of ``gm``, one JSON-able dict each (see the module docstring)."""
+    entries: List[Dict[str, Any]] = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        spec = _SPECS.get(op_name(node.target))
+        if spec is None:
+            continue
+        kind, t_index, g_index, extra = spec
+        args = list(node.args)
+        tensor = args[t_index]
+        if kind == "all_gather_list":  # the outputs' shapes must agree, the input's may not
+            shape = [_shape(t) for t in args[0]]
+            dtype = _dtype(tensor)
+        else:
+            shape = _shape(tensor, keep_dim0=kind not in _VARIABLE_DIM0)
+            dtype = _dtype(tensor)
+        entry = {"op": kind, "group": list(groups.ranks_of(args[g_index])), "dtype": dtype,
+                 "shape": shape, **extra(args), "where": _where(node)}
+        entries.append(entry)
+    _canonical_symbols(entries)
+    return entries
+
+
+def _describe(entry: Optional[Dict[str, Any]]) -> str:
+    if entry is None:
+        return "nothing"
+    fields = [f"{k}={entry[k]}" for k in ("reduce", "root", "peer", "tag") if k in entry]
+    shape = entry["shape"]
+    return (f"{entry['op']}({', '.join([entry['dtype'] + str(shape)] + fields)}) "
+            f"on ranks {entry['group']} at {entry['where']}")
+
+
+def _key(entry: Dict[str, Any], *, as_sent: bool = False) -> Tuple:
+    fields = {k: v for k, v in entry.items() if k not in ("where", "peer")}
+    if as_sent:
+        fields["op"] = "p2p"
+    return tuple(sorted((k, json.dumps(v)) for k, v in fields.items()))
+
+
+# ------------------------------------------------------------------------------ comparison
+def scopes_of(fp: Sequence[Dict[str, Any]], rank: int) -> Dict[str, Tuple[List[int], List]]:
+    """The check scopes of a fingerprint: ``{scope key: (other ranks, entries)}``.
+
+    One scope per group (its non-p2p collectives, compared with every other member) and one
+    per p2p peer (the sends/receives between the two ranks). Keys are identical on the ranks
+    that share the scope, so each pair of ranks meets in the store whatever else they do.
+    """
+    scopes: Dict[str, Tuple[List[int], List]] = {}
+    for e in fp:
+        if e["op"] in _P2P_KINDS:
+            pair = sorted((rank, e["peer"]))
+            key, others = f"p2p:{pair[0]},{pair[1]}", [e["peer"]]
+        else:
+            key, others = "group:" + ",".join(map(str, e["group"])), \
+                [r for r in e["group"] if r != rank]
+        scopes.setdefault(key, (others, []))[1].append(e)
+    return {k: v for k, v in scopes.items() if v[0]}
+
+
+def compare(rank: int, mine: Sequence[Dict], theirs: Dict[int, Sequence[Dict]]) -> List[str]:
+    """Differences between this rank's fingerprint and each peer's (empty when consistent)."""
+    problems = []
+    for other, fp in sorted(theirs.items()):
+        if other == rank:
+            continue
+        # collectives: the ordered sequence on every group both ranks are in
+        for group in sorted({tuple(e["group"]) for e in list(mine) + list(fp)
+                             if e["op"] not in _P2P_KINDS and rank in e["group"]
+                             and other in e["group"]}):
+            a = [e for e in mine if e["op"] not in _P2P_KINDS and tuple(e["group"]) == group]
+            b = [e for e in fp if e["op"] not in _P2P_KINDS and tuple(e["group"]) == group]
+            for i in range(max(len(a), len(b))):
+                ea, eb = (a[i] if i < len(a) else None), (b[i] if i < len(b) else None)
+                if ea is None or eb is None or _key(ea) != _key(eb):
+                    problems.append(
+                        f"collective #{i} on group {list(group)}: rank {rank} has "
+                        f"{_describe(ea)}; rank {other} has {_describe(eb)}")
+                    break
+        # p2p: my sends to `other` vs its receives from me, and the reverse
+        for kind, dual in (("send", "recv"), ("recv", "send")):
+            a = [e for e in mine if e["op"] == kind and e["peer"] == other]
+            b = [e for e in fp if e["op"] == dual and e["peer"] == rank]
+            for i in range(max(len(a), len(b))):
+                ea, eb = (a[i] if i < len(a) else None), (b[i] if i < len(b) else None)
+                if ea is None or eb is None or _key(ea, as_sent=True) != _key(eb, as_sent=True):
+                    problems.append(
+                        f"{kind} #{i} between ranks {rank} and {other} is unmatched: rank "
+                        f"{rank} has {_describe(ea)}; rank {other} has {_describe(eb)}")
+                    break
+    return problems
+
+
+# ------------------------------------------------------------------------------- exchange
+_check_counts: Dict[str, int] = collections.defaultdict(int)
+_epoch = [0]
+
+
+def reset_check_sequence() -> None:
+    """Start a new check sequence. After a check failed by timeout the ranks are out of step
+    (the error is meant to be fatal); a program that survives one calls this on every rank."""
+    _check_counts.clear()
+    _epoch[0] += 1
+
+
+def exchange_and_check(fp: List[Dict], graph_name: str, timeout_s: float,
+                       store=None) -> float:
+    """Publish ``fp`` per scope, read the peers', raise CollectiveMismatchError on a difference.
+
+    Returns the seconds it took.
+    """
+    t0 = time.perf_counter()
+    rank = dist.get_rank()
+    store = store if store is not None else dist.distributed_c10d._get_default_store()
+    waits = []  # (scope, seq, other rank, key)
+    for scope, (others, entries) in sorted(scopes_of(fp, rank).items()):
+        seq = _check_counts[scope]
+        _check_counts[scope] += 1
+        base = f"{_PREFIX}/{_epoch[0]}/{scope}/{seq}"
+        store.set(f"{base}/{rank}", json.dumps({"graph": graph_name, "fp": entries}))
+        waits += [(scope, seq, other, f"{base}/{other}") for other in others]
+    try:
+        store.wait([w[3] for w in waits], datetime.timedelta(seconds=timeout_s))
+    except Exception:  # noqa: BLE001 - c10d raises DistStoreError / RuntimeError on timeout
+        missing = [w for w in waits if not store.check([w[3]])]
+        raise CollectiveMismatchError(
+            f"rank {rank}: cross-rank check of {graph_name} timed out after {timeout_s:g}s: "
+            f"rank(s) {sorted({w[2] for w in missing})} published no collectives for "
+            f"{', '.join(sorted({f'{w[0]} (check #{w[1]})' for w in missing}))} — they compiled "
+            f"a graph with other collectives or groups, took a path without them, or died. "
+            f"This rank's first collective there: "
+            f"{_describe(scopes_of(fp, rank)[missing[0][0]][1][0])}. Raise "
+            f"distributed_config.consistency_timeout if those ranks are just slow."
+        ) from None
+    problems = []
+    for scope, _, other, key in waits:
+        theirs = json.loads(store.get(key))["fp"]
+        problems += compare(rank, scopes_of(fp, rank)[scope][1], {other: theirs})
+    if problems:
+        raise CollectiveMismatchError(
+            f"rank {rank}: ranks compiled different collectives in {graph_name}; running it "
+            f"would hang. First divergence: " + "\n  ".join(problems))
+    return time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------- guard
+def _option(config, name: str, default):
+    try:
+        return config.distributed_config.option(name).raw
+    except Exception:  # noqa: BLE001 - an older/partial config: use the default
+        section = getattr(config, "distributed_config", None)
+        value = getattr(section, name, None)
+        return getattr(value, "raw", default if value is None else value)
+
+
+def _is_comm_failure(exc: BaseException) -> bool:
+    if isinstance(exc, (getattr(dist, "DistError", ()),)):
+        return True
+    text = str(exc)
+    return any(m in text for m in ("gloo", "Gloo", "NCCL", "HCCL", "Connection closed",
+                                   "Timed out", "timed out", "Connection reset"))
+
+
+last_check_seconds: Optional[float] = None  # cost of the latest check (for measurements)
+
+
+def guard_first_run(runner, ctx: GraphContext):
+    """Wrap ``runner``: cross-rank check before its first run, clear errors on peer faults.
+
+    Returns ``runner`` unchanged when the graph has no collectives or no process group exists.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return runner
+    fp = collective_fingerprint(ctx.gm)
+    if not fp:
+        return runner
+    check = bool(_option(ctx.config, "consistency_check", True))
+    timeout_s = float(_option(ctx.config, "consistency_timeout", 60))
+    boxed = getattr(runner, "_boxed_call", False)
+    state = {"checked": not check}
+    rank = dist.get_rank()
+
+    def run(args):
+        global last_check_seconds
+        if not state["checked"]:
+            last_check_seconds = exchange_and_check(fp, ctx.graph_name, timeout_s)
+            state["checked"] = True
+            log.debug("rank %d: %s consistent across ranks (%d collectives, %.1f ms)", rank,
+                      ctx.graph_name, len(fp), last_check_seconds * 1e3)
+        try:
+            return runner(args) if boxed else runner(*args)
+        except (RuntimeError, TimeoutError) as exc:
+            if isinstance(exc, TorchairDistError) or not _is_comm_failure(exc):
+                raise
+            raise CollectiveFaultError(
+                f"rank {rank}: a collective of {ctx.graph_name} failed — a peer rank probably "
+                f"died or stopped (the process-group timeout bounds the wait). The graph's "
+                f"collectives: {'; '.join(_describe(e) for e in fp[:4])}"
+                f"{' ...' if len(fp) > 4 else ''}. Cause: {exc}") from exc
+
+    run._boxed_call = True
+    return run

@@ -1,6 +1,116 @@
-"""send/recv preprocessing (placeholder; owned by the collectives work)."""
+"""send/recv preprocessing of the Dynamo graph (before AOT).
+
+The remap (:mod:`.remap`) captures every point-to-point call as ``torchair_dist.send`` /
+``torchair_dist.recv`` (see :mod:`.ops`). By construction:
+
+* **program order** — they are side-effectful ops, emitted in program order; FX node order is
+  that order, and nothing drops them (``has_side_effect``);
+* **receive buffer** — ``recv`` returns a fresh tensor that the remap ``wait_tensor``s and copies
+  into the user's buffer, so every later reader of the buffer depends on the receive (no pass can
+  read the buffer before the data is there; TorchAir/stock ``irecv`` leave no such edge).
+
+:func:`preprocess_send_recv` adds what needs the whole graph:
+
+* **tags identical on both ranks** — the n-th message from rank ``a`` to rank ``b`` with user tag
+  ``t`` on a group gets tag ``t * TAG_STRIDE + n`` on the sender AND on the receiver (each counts
+  its own sends to ``b`` / receives from ``a``), so pairs match by position whatever order the
+  program interleaves channels in — what HCCL/GE ``sr_tag`` matching needs;
+* **max-autotune** — with more than one p2p op, GE's topological ordering is switched to
+  ``"StableRDFS"`` (keeps program order) with a ``UserWarning``, as TorchAir does.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import warnings
+from typing import Dict, Tuple
+
+import torch
+
+from ..errors import CollectiveCaptureError
+
+log = logging.getLogger("torchair_dist")
+
+TAG_STRIDE = 1 << 12  # sequence numbers per (channel, user tag); user tags must stay below 2**19
+_SEND = "torchair_dist::send"
+_RECV = "torchair_dist::recv"
+_OTHER_P2P = {"_c10d_functional::isend", "_c10d_functional::irecv",
+              "_c10d_functional::batch_p2p_ops"}
+
+
+def op_name(target) -> str:
+    """``ns::name`` of an OpOverload or OpOverloadPacket target, else ''."""
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target._qualified_op_name
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.name
+    return ""
+
+
+def _arg(node: torch.fx.Node, index: int, name: str):
+    return node.args[index] if len(node.args) > index else node.kwargs[name]
+
+
+def _set_arg(node: torch.fx.Node, index: int, name: str, value) -> None:
+    if len(node.args) > index:
+        args = list(node.args)
+        args[index] = value
+        node.args = tuple(args)
+    else:
+        node.kwargs = {**node.kwargs, name: value}
+
+
+def assign_tags(gm: torch.fx.GraphModule) -> int:
+    """Rewrite the tag of every send/recv to ``user_tag * TAG_STRIDE + n``; returns the count."""
+    from torch.distributed import get_rank, is_initialized
+
+    me = get_rank() if is_initialized() else 0
+    counters: Dict[Tuple, int] = collections.defaultdict(int)
+    count = 0
+    for node in gm.graph.nodes:
+        name = op_name(node.target) if node.op == "call_function" else ""
+        if name not in (_SEND, _RECV):
+            continue
+        peer_key = "dst" if name == _SEND else "src"
+        peer = _arg(node, 1, peer_key)
+        tag = _arg(node, 2, "tag")
+        group = _arg(node, 3, "group_name")
+        if not isinstance(peer, int) or not isinstance(tag, int):
+            raise CollectiveCaptureError(
+                f"{name} in {node.format_node()} has a non-constant peer or tag; p2p peers and "
+                f"tags must be Python ints at trace time")
+        if not 0 <= tag < (1 << 19):
+            raise CollectiveCaptureError(f"{name}: tag {tag} out of range [0, 2**19)")
+        channel = (me, peer) if name == _SEND else (peer, me)  # (sender, receiver)
+        key = (channel, tag, group)
+        _set_arg(node, 2, "tag", tag * TAG_STRIDE + counters[key])
+        counters[key] += 1
+        count += 1
+    if count:
+        gm.recompile()
+    return count
+
+
+def count_p2p(gm: torch.fx.GraphModule) -> int:
+    names = (op_name(n.target) for n in gm.graph.nodes if n.op == "call_function")
+    return sum(1 for n in names if n in (_SEND, _RECV) or n in _OTHER_P2P)
 
 
 def preprocess_send_recv(gm, config):
-    """Called by the backend entry on the Dynamo graph before AOT. Returns the graph."""
+    """Called by the backend entry on the Dynamo graph before AOT. Returns the graph.
+
+    Requires: a Dynamo graph. Guarantees: send/recv tags are matched across ranks (see the
+    module docstring); in max-autotune with >1 p2p op, ``config.experimental_config.
+    topology_sorting_strategy`` is ``"StableRDFS"`` (config is the compile's private copy).
+    """
+    assign_tags(gm)
+    n = count_p2p(gm)
+    if n > 1 and config is not None and config.mode.raw == "max-autotune":
+        strategy = config.experimental_config.topology_sorting_strategy
+        if strategy.raw != "StableRDFS":
+            warnings.warn(
+                f"the graph has {n} send/recv ops; topology_sorting_strategy changed from "
+                f"{strategy.raw!r} to 'StableRDFS' so GE keeps their program order",
+                UserWarning, stacklevel=2)
+            config.experimental_config.topology_sorting_strategy = "StableRDFS"
     return gm
