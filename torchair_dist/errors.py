@@ -47,6 +47,10 @@ class CollectiveMismatchError(TorchairDistError, RuntimeError):
     """Ranks compiled different collective sequences; the message names the first divergence."""
 
 
+class CollectiveFaultError(TorchairDistError, RuntimeError):
+    """A collective of a compiled graph failed at run time (a peer died, stopped or timed out)."""
+
+
 class CacheRejectedError(TorchairDistError, RuntimeError):
     """A compile-cache entry was refused (ownership, permissions, hash, version)."""
 

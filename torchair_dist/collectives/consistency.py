@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 from ..backends.context import GraphContext
-from ..errors import CollectiveMismatchError, TorchairDistError
+from ..errors import CollectiveFaultError, CollectiveMismatchError, TorchairDistError
 from . import groups
 from .p2p import op_name
 
@@ -46,10 +46,6 @@ log = logging.getLogger("torchair_dist")
 
 _PREFIX = "torchair_dist/consistency"
 _P2P_KINDS = ("send", "recv")
-
-
-class CollectiveFaultError(TorchairDistError, RuntimeError):
-    """A collective of a compiled graph failed at run time (a peer died, stopped or timed out)."""
 
 
 # ----------------------------------------------------------------------------- fingerprint
