@@ -63,3 +63,44 @@ class TPTransformer(nn.Module):
         for block in self.blocks:
             x = block(x)
         return x
+
+
+# ------------------------------------------------------------------ a tiny HF Llama with TP
+LLAMA_DEFAULTS = dict(vocab_size=128, hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                      max_position_embeddings=128)
+
+
+def llama_tp_plan(num_layers: int) -> dict:
+    """Megatron plan for HF Llama: Colwise q/k/v/gate/up, Rowwise o/down, every layer."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    plan = {}
+    for i in range(num_layers):
+        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                     "mlp.gate_proj", "mlp.up_proj"):
+            plan[f"model.layers.{i}.{name}"] = ColwiseParallel()
+        for name in ("self_attn.o_proj", "mlp.down_proj"):
+            plan[f"model.layers.{i}.{name}"] = RowwiseParallel()
+    return plan
+
+
+def tiny_llama(seed: int = 0, attn_implementation: str = "sdpa", **overrides):
+    """``LlamaForCausalLM`` from a tiny random config (no download), eval mode. Needs
+    ``transformers`` (the ``test`` extra)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(**{**LLAMA_DEFAULTS, **overrides}, attn_implementation=attn_implementation)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def tp_llama(world: int, device, device_type: str = "cpu", seed: int = 0, **overrides):
+    """The tiny Llama on ``device``, sharded over a 1-D ``("tp",)`` mesh of ``world`` ranks
+    with ``parallelize_module`` (needs an initialised process group when world > 1)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    model = tiny_llama(seed, **overrides).to(device)
+    mesh = init_device_mesh(device_type, (world,), mesh_dim_names=("tp",))
+    return parallelize_module(model, mesh, llama_tp_plan(model.config.num_hidden_layers))

@@ -1,14 +1,23 @@
 """torchair_dist: graph mode for multi-card PyTorch inference.
 
-Public API: ``get_npu_backend``, ``get_compiler``, ``CompilerConfig``.
+Public API: ``get_npu_backend``, ``get_compiler``, ``CompilerConfig``, ``cache_compile``, and
+the stream/event helpers (``npu_stream_switch``, ``npu_wait_tensor``, tagged events).
 """
 from .backend import get_npu_backend
+from .cache import cache_compile
 from .collectives import remap as _remap
 from .compiler import get_compiler
 from .configs import CompilerConfig
+from .export import dynamo_export
+from .streams import (npu_create_tagged_event, npu_record_tagged_stream, npu_stream_switch,
+                      npu_stream_wait_stream, npu_tagged_event_record, npu_tagged_event_wait,
+                      npu_wait_tensor)
 
 __version__ = "0.1.0"
 
 _remap.install()
 
-__all__ = ["get_npu_backend", "get_compiler", "CompilerConfig", "__version__"]
+__all__ = ["get_npu_backend", "get_compiler", "CompilerConfig", "cache_compile", "dynamo_export",
+           "npu_stream_switch", "npu_wait_tensor", "npu_create_tagged_event",
+           "npu_tagged_event_record", "npu_tagged_event_wait", "npu_stream_wait_stream",
+           "npu_record_tagged_stream", "__version__"]

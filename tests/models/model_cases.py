@@ -1,0 +1,281 @@
+"""Rank functions of the model suite (run by ``RankPool.run`` on every rank).
+
+Each case builds a real model on every rank, runs it eagerly and compiled with
+``torch.compile(backend=torchair_dist.get_npu_backend(...), fullgraph=True)`` in one mode, and
+returns ``{"diff": max |compiled - eager|, "ref_diff": max |eager - unsharded reference|,
+"graphs": [ops of each graph our compiler received], "dynamo_graphs": n}``.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from typing import Dict, List
+
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+# ------------------------------------------------------------------------------ helpers
+
+
+@contextlib.contextmanager
+def record_graphs():
+    """Collect the call_function targets of every graph NpuFxCompiler receives."""
+    from torchair_dist import compiler as compiler_mod
+
+    graphs: List[List[str]] = []
+    original = compiler_mod.NpuFxCompiler.__call__
+
+    def record(self, gm, example_inputs, is_inference=True):
+        graphs.append([str(n.target) for n in gm.graph.nodes if n.op == "call_function"])
+        return original(self, gm, example_inputs, is_inference)
+
+    compiler_mod.NpuFxCompiler.__call__ = record
+    try:
+        yield graphs
+    finally:
+        compiler_mod.NpuFxCompiler.__call__ = original
+
+
+def backend_for(mode: str):
+    import torchair_dist
+
+    cfg = torchair_dist.CompilerConfig()
+    cfg.mode = mode
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # reduce-overhead is deprecated
+        return torchair_dist.get_npu_backend(compiler_config=cfg)
+
+
+def compile_and_compare(fn, inputs, mode: str, calls: int = 2) -> Dict:
+    """Compile ``fn`` with our backend, call it ``calls`` times on ``inputs``; compare with
+    eager ``fn`` on the same inputs."""
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = fn(*inputs)
+        with record_graphs() as graphs:
+            compiled = torch.compile(fn, backend=backend_for(mode), fullgraph=True)
+            outs = [compiled(*inputs) for _ in range(calls)]
+    diffs = [(o - expected).abs().max().item() for o in outs]
+    return {"diff": max(diffs), "graphs": graphs, "expected": expected}
+
+
+# ------------------------------------------------------------------------- (a) HF Llama TP
+LLAMA = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128)
+
+
+def tiny_llama(seed: int = 0, **overrides):
+    """A ``LlamaForCausalLM`` with a tiny random config (no download), in eval mode."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(**{**LLAMA, **overrides})
+    return LlamaForCausalLM(cfg).eval()
+
+
+def llama_tp_plan(num_layers: int) -> Dict:
+    """Megatron plan: Colwise q/k/v/gate/up, Rowwise o/down, for every decoder layer."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    plan = {}
+    for i in range(num_layers):
+        p = f"model.layers.{i}"
+        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                     "mlp.gate_proj", "mlp.up_proj"):
+            plan[f"{p}.{name}"] = ColwiseParallel()
+        for name in ("self_attn.o_proj", "mlp.down_proj"):
+            plan[f"{p}.{name}"] = RowwiseParallel()
+    return plan
+
+
+def sharded_llama(world: int, seed: int = 0, **overrides):
+    """(unsharded reference model, TP-sharded model) with the same random weights."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    reference = tiny_llama(seed, **overrides)
+    model = tiny_llama(seed, **overrides)
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    parallelize_module(model, mesh, llama_tp_plan(model.config.num_hidden_layers))
+    return reference, model
+
+
+def llama_logits(model):
+    def forward(input_ids):
+        return model(input_ids=input_ids, use_cache=False).logits
+    return forward
+
+
+def llama_case(rank, world, mode, batch=2, seq=8, attn="sdpa"):
+    torch.set_num_threads(1)
+    reference, model = sharded_llama(world, attn_implementation=attn)
+    ids = torch.randint(0, LLAMA["vocab_size"], (batch, seq),
+                        generator=torch.Generator().manual_seed(1))
+    res = compile_and_compare(llama_logits(model), (ids,), mode)
+    with torch.no_grad():
+        res["ref_diff"] = (reference(input_ids=ids, use_cache=False).logits
+                           - res.pop("expected")).abs().max().item()
+    return res
+
+
+# ------------------------------------------------------------------------ (b) MoE with EP
+# tokens rank r sends to the expert on rank d (expert-choice routing: static, uneven counts)
+MOE_SPLITS = [[3, 5], [6, 2]]
+MOE_TOKENS, MOE_HIDDEN, MOE_FFN = 8, 32, 64
+
+
+class ExpertParallelMoE(nn.Module):
+    """One expert per rank; expert-choice routing: the expert on rank ``d`` takes the
+    ``MOE_SPLITS[r][d]`` highest-scoring tokens of rank ``r``. Dispatch and combine are
+    ``dist.all_to_all_single`` with uneven split sizes; the combine adds the weighted expert
+    outputs back to their tokens (a one-hot combine matrix)."""
+
+    def __init__(self, rank: int, world: int, seed: int = 0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.rank, self.world = rank, world
+        self.gate = nn.Parameter(torch.randn(world, MOE_HIDDEN, generator=g) / MOE_HIDDEN**0.5)
+        experts = [(torch.randn(MOE_FFN, MOE_HIDDEN, generator=g) / MOE_HIDDEN**0.5,
+                    torch.randn(MOE_HIDDEN, MOE_FFN, generator=g) / MOE_FFN**0.5)
+                   for _ in range(world)]
+        self.all_experts = experts  # kept for the single-process reference
+        self.w1 = nn.Parameter(experts[rank][0].clone())
+        self.w2 = nn.Parameter(experts[rank][1].clone())
+        self.send_splits = [MOE_SPLITS[rank][d] for d in range(world)]
+        self.recv_splits = [MOE_SPLITS[s][rank] for s in range(world)]
+
+    def route(self, x):
+        scores = torch.softmax(F.linear(x, self.gate), dim=-1)  # [T, world]
+        idx, weights = [], []
+        for d in range(self.world):
+            w, i = torch.topk(scores[:, d], self.send_splits[d])
+            idx.append(i)
+            weights.append(w)
+        return torch.cat(idx), torch.cat(weights)
+
+    def forward(self, x):
+        idx, weights = self.route(x)
+        dispatched = x.index_select(0, idx)
+        received = torch.empty(sum(self.recv_splits), MOE_HIDDEN, dtype=x.dtype)
+        dist.all_to_all_single(received, dispatched, self.recv_splits, self.send_splits)
+        y = F.linear(F.silu(F.linear(received, self.w1)), self.w2)
+        back = torch.empty(sum(self.send_splits), MOE_HIDDEN, dtype=x.dtype)
+        dist.all_to_all_single(back, y, self.send_splits, self.recv_splits)
+        # combine matrix [tokens sent, T] (GShard-style; a scatter-add in matmul form)
+        combine = (idx.unsqueeze(1) == torch.arange(x.shape[0])).to(x.dtype)
+        return x + combine.t() @ (back * weights.unsqueeze(-1))
+
+    def reference(self, x):
+        """The same layer in one process (every expert local)."""
+        idx, weights = self.route(x)
+        out = torch.zeros_like(x)
+        start = 0
+        for d, n in enumerate(self.send_splits):
+            w1, w2 = self.all_experts[d]
+            sel = idx[start:start + n]
+            y = F.linear(F.silu(F.linear(x.index_select(0, sel), w1)), w2)
+            out.index_add_(0, sel, y * weights[start:start + n].unsqueeze(-1))
+            start += n
+        return x + out
+
+
+def moe_case(rank, world, mode):
+    torch.set_num_threads(1)
+    moe = ExpertParallelMoE(rank, world).eval()
+    x = torch.randn(MOE_TOKENS, MOE_HIDDEN, generator=torch.Generator().manual_seed(10 + rank))
+    res = compile_and_compare(moe, (x,), mode)
+    with torch.no_grad():
+        res["ref_diff"] = (moe.reference(x) - res.pop("expected")).abs().max().item()
+    return res
+
+
+# ---------------------------------------------------------------- (c) 2-stage pipeline
+PP_HIDDEN = 32
+
+
+class PipelineStage(nn.Module):
+    """Stage ``rank`` of a 2-stage pipeline of MLP blocks. Stage 0 computes its block, sends
+    the activation to stage 1 and receives the final result back; stage 1 receives, computes
+    its block and sends the result back. Both ranks return the pipeline's output."""
+
+    def __init__(self, rank: int, seed: int = 0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.blocks = [(torch.randn(2 * PP_HIDDEN, PP_HIDDEN, generator=g) / PP_HIDDEN**0.5,
+                        torch.randn(PP_HIDDEN, 2 * PP_HIDDEN, generator=g) / PP_HIDDEN**0.5)
+                       for _ in range(2)]
+        self.rank = rank
+        self.w1 = nn.Parameter(self.blocks[rank][0].clone())
+        self.w2 = nn.Parameter(self.blocks[rank][1].clone())
+
+    @staticmethod
+    def block(x, w1, w2):
+        return x + F.linear(F.gelu(F.linear(x, w1)), w2)
+
+    def forward(self, x):
+        if self.rank == 0:
+            h = self.block(x, self.w1, self.w2)
+            dist.send(h, dst=1)
+            out = torch.empty_like(x)
+            dist.recv(out, src=1)
+            return out
+        h = torch.empty_like(x)
+        dist.recv(h, src=0)
+        out = self.block(h, self.w1, self.w2)
+        dist.send(out, dst=0)
+        return out + 0  # a fresh output, not the buffer that was sent
+
+    def reference(self, x):
+        for w1, w2 in self.blocks:
+            x = self.block(x, w1, w2)
+        return x
+
+
+def pipeline_case(rank, world, mode):
+    torch.set_num_threads(1)
+    stage = PipelineStage(rank).eval()
+    x = torch.randn(4, PP_HIDDEN, generator=torch.Generator().manual_seed(3))
+    if rank != 0:
+        x = torch.zeros_like(x)  # stage 1's input is unused: data arrives from stage 0
+    res = compile_and_compare(stage, (x,), mode)
+    x0 = torch.randn(4, PP_HIDDEN, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        res["ref_diff"] = (stage.reference(x0) - res.pop("expected")).abs().max().item()
+    return res
+
+
+# ------------------------------------------------------------- compile cache on the TP Llama
+def llama_cache_case(rank, world, mode, cache_dir, calls=2):
+    """``cache_compile`` the TP Llama's forward; returns where the first call came from
+    (``compiled`` / ``cache``), its seconds, the Dynamo frames compiled and the diff to eager."""
+    import time
+
+    import torchair_dist
+
+    torch.set_num_threads(1)
+    torch._dynamo.reset()
+    _, model = sharded_llama(world, num_hidden_layers=1)  # 1 layer: two cold starts per test
+    ids = torch.randint(0, LLAMA["vocab_size"], (2, 8), generator=torch.Generator().manual_seed(1))
+    cfg = torchair_dist.CompilerConfig()
+    cfg.mode = mode
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        fast = torchair_dist.cache_compile(model.forward, config=cfg, cache_dir=cache_dir)
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    dist.barrier()
+    t0 = time.perf_counter()
+    out = fast(input_ids=ids, use_cache=False)
+    first_s = time.perf_counter() - t0
+    source = fast.last_source
+    for _ in range(calls - 1):
+        out = fast(input_ids=ids, use_cache=False)
+    with torch.no_grad():
+        expected = model(input_ids=ids, use_cache=False).logits
+    return {"source": source, "first_s": first_s, "type": type(out).__name__,
+            "dynamo_graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames,
+            "diff": (out.logits - expected).abs().max().item(), "dir": fast.directory()}

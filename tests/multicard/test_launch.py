@@ -1,0 +1,86 @@
+"""The launch scripts: ``--help`` and a clear failure without torchrun, two "nodes" on
+127.0.0.1 joined by torchrun's c10d rendezvous (``launch/multinode.sh``), and the demo."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}
+    env.update(TORCH_DEVICE_BACKEND_AUTOLOAD="0", OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("script", ["launch/run.py", "launch/demo.py"])
+def test_help_and_clear_failure_without_torchrun(script):
+    path = os.path.join(ROOT, script)
+    helped = subprocess.run([sys.executable, path, "--help"], capture_output=True, text=True,
+                            timeout=120, env=_env())
+    assert helped.returncode == 0 and "--mode" in helped.stdout
+    bare = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=120,
+                          env=_env())
+    assert bare.returncode == 2
+    assert "must be launched with torchrun" in bare.stderr and "RANK" in bare.stderr
+
+
+def test_multinode_script_usage():
+    script = os.path.join(ROOT, "launch", "multinode.sh")
+    helped = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=30)
+    assert helped.returncode == 0 and "--rdzv" not in helped.stdout and "HOST:PORT" in helped.stdout
+    bare = subprocess.run([script, "not-an-endpoint"], capture_output=True, text=True, timeout=30)
+    assert bare.returncode == 2 and "HOST:PORT" in bare.stderr
+
+
+def test_two_nodes_c10d_rendezvous_on_localhost(tmp_path):
+    """Two torchrun agents (1 process each) meet at one c10d rendezvous endpoint."""
+    script = os.path.join(ROOT, "launch", "multinode.sh")
+    env = _env(TORCHRUN=TORCHRUN, LOCAL_ADDR="127.0.0.1", RDZV_ID=f"test{os.getpid()}",
+               NNODES="2", NPROC_PER_NODE="1")
+    endpoint = f"127.0.0.1:{_free_port()}"
+    args = [script, endpoint, "--model", "tp-transformer", "--steps", "3", "--timeout", "60"]
+    logs = [open(tmp_path / f"node{i}.log", "w+") for i in range(2)]
+    nodes = [subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
+                              start_new_session=True) for log in logs]
+    try:
+        codes = [node.wait(timeout=240) for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                os.killpg(node.pid, 9)
+                node.wait(10)
+    out = []
+    for log in logs:
+        log.seek(0)
+        out.append(log.read())
+    assert codes == [0, 0], "\n\n".join(o[-3000:] for o in out)
+    table = next(o for o in out if "torchair_dist run:" in o)  # rank 0 lives on one node
+    assert "world size 2, cpu/gloo" in table
+    rows = [line.split() for line in table.splitlines() if line.split()[:1] in (["0"], ["1"])]
+    assert [r[0] for r in rows] == ["0", "1"] and all(float(r[-1]) <= 1e-5 for r in rows)
+
+
+def test_demo_generates_under_torchrun():
+    proc = subprocess.run(
+        [TORCHRUN, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
+         str(_free_port()), os.path.join(ROOT, "launch", "demo.py"), "--layers", "1",
+         "--new-tokens", "4", "--repeat", "1"],
+        capture_output=True, text=True, timeout=240, env=_env())
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    rows = [line.split() for line in proc.stdout.splitlines()
+            if line.split()[:2] in (["0", "npugraph_ex"], ["1", "npugraph_ex"])]
+    assert len(rows) == 2, proc.stdout
+    for r in rows:
+        assert float(r[6]) <= 1e-5 and r[7] == "8" and r[8] == "True", r
