@@ -36,7 +36,8 @@ def init_distributed(timeout_s: int = 120):
     local_rank = int(os.environ["LOCAL_RANK"])
     plat.set_device(local_rank)
     if plat.name == "cpu":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["WORLD_SIZE"])))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1)
+                                  // int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))))
     dist.init_process_group(plat.dist_backend, timeout=datetime.timedelta(seconds=timeout_s))
     return plat, dist.get_rank(), dist.get_world_size(), plat.device(local_rank)
 
