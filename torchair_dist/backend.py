@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 from torch._functorch.aot_autograd import aot_module_simplified
@@ -82,8 +82,11 @@ def _apply_torch_compile_mode(config: CompilerConfig, mode: Optional[str]) -> Co
 
 
 def _npu_backend(gm: torch.fx.GraphModule, example_inputs, *, compiler_config: CompilerConfig,
-                 decompositions: Dict, **kwargs: Any):
-    """What torch.compile calls, once per Dynamo graph."""
+                 decompositions: Dict,
+                 compiler_factory: Callable[[CompilerConfig], NpuFxCompiler] = get_compiler,
+                 **kwargs: Any):
+    """What torch.compile calls, once per Dynamo graph. ``compiler_factory`` makes the AOT
+    compiler from the graph's private config (``cache_compile`` passes a recording one)."""
     install_determinism_guard()
     unknown = set(kwargs) - {"options", "mode"}
     if unknown:
@@ -97,7 +100,7 @@ def _npu_backend(gm: torch.fx.GraphModule, example_inputs, *, compiler_config: C
     gm = p2p.preprocess_send_recv(gm, config)
     if config.is_acl_mode:
         gm = rewrite_streams(gm, config)
-    compiler = get_compiler(config)
+    compiler = compiler_factory(config)
     return compile_with_aot(gm, example_inputs, compiler, decompositions)
 
 

@@ -1,0 +1,188 @@
+"""``cache_compile`` and the callable it returns: memory -> verified entry -> compile + save."""
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from ..backend import get_npu_backend
+from ..backends.context import current_rank_and_world
+from ..configs import CompilerConfig
+from ..errors import CacheRejectedError, ConfigError
+from .entry import LoadedEntry
+from .graph_data import NotCacheableError
+from .keys import _versions, call_key, input_signature, model_key
+from .record import _cache_backend, _map_inputs, _map_outputs, _Record
+from .store import INDEX, cache_root, check_dirs, rank_dir_name, read_indexed, write_indexed
+
+log = logging.getLogger("torchair_dist")
+
+
+class CacheCompiledFunction:
+    """Callable returned by :func:`cache_compile`; see the package docstring."""
+
+    def __init__(self, module, func_name, config, decompositions, cache_dir, rank_dir):
+        self.module, self.func_name = module, func_name
+        self.config, self.decompositions = config, decompositions
+        self.cache_root = cache_dir
+        self.rank_dir = rank_dir
+        self.loaded: Dict[tuple, Any] = {}   # call_key -> LoadedEntry | compiled function
+        self.last_source: Optional[str] = None  # "cache" | "compiled" | "memory" (tests)
+        self.rejections: List[CacheRejectedError] = []  # every refused entry, in order
+        self._key: Optional[str] = None
+
+    # -- paths ---------------------------------------------------------------------------
+    def directory(self) -> str:
+        if self._key is None:
+            self._key = model_key(self.module, self.func_name, self.config,
+                                  self.decompositions)
+        kind = "aclgraphcache" if self.config.is_acl_mode else "gecache"
+        return os.path.join(self.cache_root, f"{type(self.module).__name__}_static_{kind}_"
+                            f"{self._key}", self.rank_dir, self.func_name)
+
+    def _parts(self) -> List[str]:
+        rel = os.path.relpath(self.directory(), self.cache_root)
+        return rel.split(os.sep)
+
+    # -- call ----------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        key = call_key(args, kwargs)
+        fn = self.loaded.get(key)
+        if fn is not None:
+            self.last_source = "memory"
+            return fn(args, kwargs)
+        sig = input_signature(args, kwargs, key)
+        entry = self._load(sig, args, kwargs)
+        if entry is not None:
+            self.loaded[key] = entry
+            self.last_source = "cache"
+            return entry(args, kwargs)
+        return self._compile_and_save(key, sig, args, kwargs)
+
+    # -- load ----------------------------------------------------------------------------
+    def _load(self, sig: str, args, kwargs) -> Optional[LoadedEntry]:
+        directory = self.directory()
+        if not os.path.exists(os.path.join(directory, INDEX)):
+            return None
+        try:
+            data = self.read_entry(sig)
+            if data is None:
+                return None
+            return LoadedEntry(data, self.module, self.config, args, kwargs)
+        except CacheRejectedError as exc:
+            rejected = exc
+        except Exception as exc:  # noqa: BLE001 - a broken entry must never stop the model
+            rejected = CacheRejectedError(f"entry does not rebuild: {type(exc).__name__}: {exc}")
+        self.rejections.append(rejected)
+        log.warning("torchair_dist cache: rejected entry %s in %s: %s; recompiling", sig,
+                    directory, rejected)
+        return None
+
+    def read_entry(self, sig: str) -> Optional[Dict]:
+        """The verified entry for ``sig``; None if absent; CacheRejectedError if unsafe."""
+        directory = self.directory()
+        check_dirs(self.cache_root, self._parts())
+        data = read_indexed(directory, sig)
+        if data is None:
+            return None
+        if data.get("versions") != _versions():
+            raise CacheRejectedError(f"stale entry: written by {data.get('versions')}, this "
+                                     f"process is {_versions()}")
+        if data.get("signature") != sig:
+            raise CacheRejectedError("entry signature does not match its index record")
+        return data
+
+    # -- compile + save -------------------------------------------------------------------
+    def _compile_and_save(self, key: tuple, sig: str, args, kwargs):
+        record = _Record()
+        backend = _cache_backend(self.config, self.decompositions, record)
+        method = getattr(self.module, self.func_name)
+        compiled = torch.compile(method, backend=backend, fullgraph=True, dynamic=False)
+        with torch.no_grad():
+            result = compiled(*args, **kwargs)
+        self.loaded[key] = lambda a, k: _no_grad_call(compiled, a, k)
+        self.last_source = "compiled"
+        try:
+            data = self._entry_data(sig, record, result, args, kwargs)
+            self.write_entry(sig, data)
+        except NotCacheableError as exc:
+            log.warning("torchair_dist cache: %s.%s is not cacheable (%s); it runs compiled "
+                        "but is not saved", type(self.module).__name__, self.func_name, exc)
+        except (CacheRejectedError, OSError) as exc:
+            log.warning("torchair_dist cache: not saved to %s: %s", self.directory(), exc)
+        finally:
+            record.first_args, record.first_outputs = [], []  # drop the references
+        return result
+
+    def _entry_data(self, sig, record: _Record, result, args, kwargs) -> Dict:
+        if record.dynamo_graphs != 1 or len(record.graphs) != 1:
+            raise NotCacheableError(f"{record.dynamo_graphs} Dynamo graphs / "
+                                    f"{len(record.graphs)} compiled graphs (need exactly 1)")
+        g = record.graphs[0]
+        if "not_cacheable" in g:
+            raise NotCacheableError(g["not_cacheable"])
+        if not g["is_inference"]:
+            raise NotCacheableError("not an inference graph")
+        if record.first_args is None:
+            raise NotCacheableError("the compiled graph did not run")
+        return {"versions": _versions(), "signature": sig, "graph": g["graph"],
+                "static": g["static"], "created": time.time(),
+                "inputs": _map_inputs(record, self.module, args, kwargs, g["used"]),
+                "outputs": _map_outputs(record, result, args, kwargs)}
+
+    def write_entry(self, sig: str, data: Dict) -> None:
+        write_indexed(self.cache_root, self._parts(), sig, data, _versions())
+
+
+def _no_grad_call(fn, args, kwargs):
+    with torch.no_grad():
+        return fn(*args, **kwargs)
+
+
+def cache_compile(method, *, config=None, backend=None, dynamic: bool = False,
+                  cache_dir: Optional[str] = None, global_rank: Optional[int] = None,
+                  tp_rank: Optional[int] = None, pp_rank: Optional[int] = None,
+                  custom_decompositions: Optional[Dict] = None,
+                  ge_cache: bool = False) -> CacheCompiledFunction:
+    """Compile ``method`` (a bound method of an ``nn.Module``, or a module: its ``forward``)
+    with our backend, caching what this rank compiled under ``cache_dir``.
+
+    The first call in a process loads a verified entry for the call's input signature, or
+    compiles (``fullgraph=True``, static shapes) and saves one. See the package docstring for
+    the key, the layout and the safety rules. ``backend``, if given, must be
+    ``get_npu_backend(compiler_config=config)``'s result for the same config. ``ge_cache`` is
+    accepted for TorchAir compatibility and ignored (with a warning) in ACL modes.
+    """
+    if isinstance(method, torch.nn.Module):
+        module, func_name = method, "forward"
+    elif inspect.ismethod(method) and isinstance(method.__self__, torch.nn.Module):
+        module, func_name = method.__self__, method.__func__.__name__
+    else:
+        raise ConfigError(f"cache_compile needs a method of a torch.nn.Module (or a module), "
+                          f"got {type(method).__name__}")
+    if dynamic:
+        raise ConfigError("cache_compile(dynamic=True) is not supported: entries are per static "
+                          "input signature (pass dynamic=False)")
+    if backend is not None:
+        bound = getattr(backend, "keywords", {}).get("compiler_config")
+        if bound is None or (config is not None and bound != config):
+            raise ConfigError("cache_compile: backend must be get_npu_backend(compiler_config="
+                              "config) for the same config")
+        config = bound
+    config = (config or CompilerConfig()).copy()
+    if ge_cache and config.is_acl_mode:
+        log.warning("cache_compile: ge_cache is ignored in mode %s", config.mode.raw)
+    made = get_npu_backend(compiler_config=config,
+                           custom_decompositions=custom_decompositions or {})
+    decompositions = made.keywords["decompositions"]
+    if global_rank is None:
+        global_rank, world = current_rank_and_world()
+    else:
+        world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    rank_dir = rank_dir_name(world, global_rank, tp_rank, pp_rank)
+    return CacheCompiledFunction(module, func_name, config, decompositions,
+                                 cache_root(cache_dir), rank_dir)

@@ -1,0 +1,121 @@
+"""Warm path: a graph rebuilt from a verified entry, checked against the module and the call,
+shape-propagated and compiled by the mode's backend (Dynamo, AOT autograd, decompositions and
+the graph passes are skipped)."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+import torch
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from ..backends.context import GraphContext, current_rank_and_world
+from ..collectives import consistency
+from ..compiler import backend_for_mode
+from ..errors import CacheRejectedError
+from ..passes.graph_info import mutated_input_indices
+from .graph_data import _dec, graph_from_data
+from .keys import _state_tensors
+
+
+class LoadedEntry:
+    """A graph rebuilt from a verified entry, compiled by the mode's backend; callable like the
+    original function."""
+
+    def __init__(self, data: Dict, module, config, args, kwargs):
+        self.module = module
+        gm = graph_from_data(data["graph"])
+        self.inputs, self.out_leaves = _checked_io(data, module, args, kwargs, gm)
+        self.getters = [self._state_getter(s[1], s[2]) if s[0] == "state" else None
+                        for s in self.inputs]
+        self.out_spec = pytree.treespec_loads(data["outputs"]["spec"])
+        flat = self._flat_inputs(args, kwargs)
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        fake = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in flat]
+        with torch.no_grad():
+            FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake)
+        rank, world = current_rank_and_world()
+        ctx = GraphContext(gm=gm, example_inputs=fake, config=config,
+                           static_input_indices=data["static"],
+                           mutated_input_indices=mutated_input_indices(gm),
+                           graph_name=f"cached_{data['signature'][:8]}", rank=rank,
+                           world_size=world, is_inference=True)
+        runner = backend_for_mode(config.mode.raw)(ctx)
+        self.runner = consistency.guard_first_run(runner, ctx)
+        self.boxed = getattr(self.runner, "_boxed_call", False)
+
+    def _state_getter(self, name: str, local: bool):
+        owner_name, _, attr = name.rpartition(".")
+        owner = self.module.get_submodule(owner_name) if owner_name else self.module
+        if local:
+            return lambda: getattr(owner, attr)._local_tensor
+        return lambda: getattr(owner, attr)
+
+    def _flat_inputs(self, args, kwargs) -> List[Any]:
+        leaves = pytree.tree_leaves((args, kwargs))
+        flat = []
+        for spec, get in zip(self.inputs, self.getters):
+            flat.append(get() if get is not None else
+                        leaves[spec[1]] if spec[0] == "arg" else None)
+        return flat
+
+    def __call__(self, args, kwargs):
+        flat = self._flat_inputs(args, kwargs)
+        with torch.no_grad():
+            outs = self.runner(flat) if self.boxed else self.runner(*flat)
+        leaves = pytree.tree_leaves((args, kwargs))
+        result = []
+        for spec in self.out_leaves:
+            kind = spec[0]
+            if kind == "out":
+                result.append(outs[spec[1]])
+            elif kind == "arg":
+                result.append(leaves[spec[1]])
+            elif kind == "view":
+                result.append(outs[spec[1]].as_strided(spec[2], spec[3], spec[4]))
+            else:
+                result.append(_dec(spec[1], {}))
+        return pytree.tree_unflatten(result, self.out_spec)
+
+
+def _checked_io(data: Dict, module, args, kwargs, gm) -> Tuple[List, List]:
+    """The entry's input and output maps, refused unless every reference is in range and
+    every state name is a parameter/buffer of ``module``."""
+    n_args = len(pytree.tree_leaves((args, kwargs)))
+    state = {name for name, _ in _state_tensors(module)}
+    n_placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    n_outs = len(out_node.args[0]) if isinstance(out_node.args[0], (list, tuple)) else -1
+    static = data.get("static")
+
+    def ok_in(s):
+        return (s == ["none"] or (len(s) == 2 and s[0] == "arg" and _index(s[1], n_args)) or
+                (len(s) == 3 and s[0] == "state" and s[1] in state and isinstance(s[2], bool)))
+
+    def ok_out(s):
+        if s[:1] == ["const"] and len(s) == 2:
+            return s[1] is None or isinstance(s[1], (bool, int, str, dict))
+        if s[:1] == ["arg"] and len(s) == 2:
+            return _index(s[1], n_args)
+        if s[:1] == ["out"] and len(s) == 2:
+            return _index(s[1], n_outs)
+        return (s[:1] == ["view"] and len(s) == 5 and _index(s[1], n_outs) and
+                all(isinstance(v, list) and all(_index(x, 1 << 62) for x in v) for v in s[2:4])
+                and _index(s[4], 1 << 62))
+
+    inputs, outputs = data.get("inputs"), data.get("outputs", {}).get("leaves")
+    if (not isinstance(inputs, list) or len(inputs) != n_placeholders or
+            not all(isinstance(s, list) and ok_in(s) for s in inputs)):
+        raise CacheRejectedError("entry's input map does not fit the graph and the module")
+    if not isinstance(outputs, list) or not all(isinstance(s, list) and ok_out(s)
+                                                for s in outputs):
+        raise CacheRejectedError("entry's output map does not fit the graph")
+    if not isinstance(static, list) or not all(_index(i, n_placeholders) for i in static):
+        raise CacheRejectedError("entry's static input indices are out of range")
+    return inputs, outputs
+
+
+def _index(v, n: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n
+
