@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NPROC ?= 2
 export TORCH_DEVICE_BACKEND_AUTOLOAD = 0
 
-.PHONY: demo test venv proto bench docs
+.PHONY: demo test venv proto registry bench docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ GRPC_TOOLS_DIR := build/grpc_tools_1_62
 proto: $(STAMP)
 	test -d $(GRPC_TOOLS_DIR)/grpc_tools || $(PY) -m pip install -q --no-deps --target $(GRPC_TOOLS_DIR) grpcio-tools==1.62.3
 	PYTHONPATH=$(GRPC_TOOLS_DIR) $(PY) -m grpc_tools.protoc -I $(GE_PROTO_DIR) --python_out=$(GE_PROTO_DIR) $(GE_PROTO_DIR)/ge_ir.proto
+
+# Regenerate the bundled GE op registry subset from the full registry (../shared by default).
+registry: $(STAMP)
+	$(PY) -m torchair_dist.backends.ge.registry_subset $(if $(REGISTRY),--registry $(REGISTRY))
 
 docs: $(STAMP)
 	$(PY) -m torchair_dist.configs.reference --write README.md

@@ -8,7 +8,8 @@ and every registry attribute has the registry's type. Attributes whose name star
 private annotations and are not checked; any other attribute the IR does not declare is an error.
 
 The registry file is ``$TORCHAIR_DIST_GE_REGISTRY`` if set, else ``<repo>/../shared/
-ge_op_registry.json`` relative to this package. The four framework ops GE defines outside the
+ge_op_registry.json`` relative to this package when that exists, else the bundled
+``ge_op_registry_subset.json`` (the IR of every op this backend emits; see registry_subset.py). The four framework ops GE defines outside the
 operator library (``Data``, ``Const``, ``NetOutput``, ``Cast``) are not in that file and are
 declared in :data:`BUILTIN_OPS` below.
 """
@@ -59,12 +60,23 @@ _LIST_TYPE = {"ListInt": (AttrDef.ListValue.VT_LIST_INT, "i"),
               "ListType": (AttrDef.ListValue.VT_LIST_DATA_TYPE, "dt")}
 
 
-def default_registry_path() -> Path:
+_SUBSET_HINT = (" (the bundled subset of the ops this backend emits; set "
+                f"${ENV_REGISTRY} to the full ge_op_registry.json)")
+
+
+def _using_subset() -> bool:
+    return default_registry_path().name == "ge_op_registry_subset.json"
+
+
+def default_registry_path(allow_subset: bool = True) -> Path:
     env = os.environ.get(ENV_REGISTRY)
     if env:
         return Path(env)
     repo = Path(__file__).resolve().parents[3]
-    return repo.parent / "shared" / "ge_op_registry.json"
+    full = repo.parent / "shared" / "ge_op_registry.json"
+    if full.exists() or not allow_subset:
+        return full
+    return Path(__file__).with_name("ge_op_registry_subset.json")
 
 
 @functools.lru_cache(maxsize=4)
@@ -127,7 +139,8 @@ def check_graph(graph: GraphDef, registry: Optional[Dict[str, dict]] = None) -> 
         where = f"{op.type} {op.name!r}"
         ir = reg.get(op.type)
         if ir is None:
-            problems.append(f"{where}: op type {op.type!r} is not in the GE operator registry")
+            problems.append(f"{where}: op type {op.type!r} is not in the GE operator registry"
+                            f"{_SUBSET_HINT if _using_subset() else ''}")
             outputs_of[op.name] = len(op.output_desc)
             continue
         seen_control = False
