@@ -98,8 +98,7 @@ def _npu_backend(gm: torch.fx.GraphModule, example_inputs, *, compiler_config: C
     if config is compiler_config:
         config = config.copy()
     gm = p2p.preprocess_send_recv(gm, config)
-    if config.is_acl_mode:
-        gm = rewrite_streams(gm, config)
+    gm = rewrite_streams(gm, config)
     compiler = compiler_factory(config)
     return compile_with_aot(gm, example_inputs, compiler, decompositions)
 

@@ -153,6 +153,19 @@ CASES = {
                                    aten.index_put(x, [None, i], v.new_ones(()), True)),
                   lambda: (r(4, 4), torch.tensor([1, 1, 3]), r(3, 4))),
     "scalar_tensor": (lambda a: torch.where(a > 0, a, torch.scalar_tensor(2.0)), lambda: (r(4),)),
+    # index_add: the MoE combine (top-k expert outputs weighted and summed back per token)
+    "index_add_moe_combine": (lambda y, t, w: torch.zeros(5, 4).index_add(0, t, y * w[:, None]),
+                              lambda: (r(8, 4), torch.tensor([0, 3, 1, 3, 4, 0, 0, 2]), r(8))),
+    "index_add_dim1_alpha": (lambda x, i, s: (torch.index_add(x, 1, i, s, alpha=0.5),
+                                              torch.index_add(x, -1, i.int(), s, alpha=-2)),
+                             lambda: (r(3, 5), torch.tensor([4, 0, 4]), r(3, 3))),
+    "index_add_int": (lambda x, i, s: torch.index_add(x, 0, i, s, alpha=3),
+                      lambda: (r(4, 2, dtype=torch.int64), torch.tensor([1, 1, 2]), r(3, 2, dtype=torch.int64))),
+    "index_add_keeps_input": (lambda x, i, s: (x.index_add(0, i, s), x * 2),
+                              lambda: (r(3, 2), torch.tensor([2, 0]), r(2, 2))),
+    "index_add_bf16": (lambda x, i, s: x.index_add(0, i, s),
+                       lambda: (r(6, 4, dtype=torch.bfloat16), torch.tensor([5, 1, 2]),
+                                r(3, 4, dtype=torch.bfloat16))),
 }
 
 
@@ -195,3 +208,35 @@ def test_copy_writes_back_the_mutated_input():
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(buf, ref_buf)
     assert captured["conv"].mutations, "the input mutation was not routed to a graph output"
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_moe_combine_index_add_through_aot(monkeypatch, dynamic):
+    """``out.index_add_`` in user code (functionalized to aten.index_add by AOT) becomes
+    InplaceIndexAdd and matches eager, with symbolic token counts too."""
+    import torchair_dist.backends.ge as ge_backend
+    from test_ge_common import aot_compile
+
+    types = []
+    convert = ge_backend.convert_graph
+
+    def record(*args, **kwargs):
+        converted = convert(*args, **kwargs)
+        types.extend(op.type for op in converted.model.graph[0].op)
+        return converted
+
+    monkeypatch.setattr(ge_backend, "convert_graph", record)
+
+    def combine(x, idx, y, w):
+        out = torch.zeros_like(x)
+        out.index_add_(0, idx, y * w.unsqueeze(-1))
+        return x + out
+
+    torch._dynamo.reset()
+    compiled = aot_compile(combine, dynamic=dynamic)
+    for tokens, sent in [(6, 9), (7, 11)] if dynamic else [(6, 9)]:
+        torch.manual_seed(tokens)
+        args = (r(tokens, 4), torch.randint(0, tokens, (sent,)), r(sent, 4), r(sent))
+        with torch.no_grad():
+            assert_same(combine(*args), compiled(*args))
+    assert "InplaceIndexAdd" in types

@@ -85,7 +85,8 @@ def _cases():
         sd = [0, send[0]]
         rd = [0, recv[0]]
         y = td.all_to_all_v(x, send, sd, recv, rd, "tag=;ranks=0,1")
-        return y + 1
+        # eager all_to_all_v may run asynchronously (packed pieces): wait as for any collective
+        return torch.ops._c10d_functional.wait_tensor(y) + 1
 
     def send_recv(x):
         r = dist.get_rank()

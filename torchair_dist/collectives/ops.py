@@ -19,7 +19,10 @@ a c10d name such as ``"0"`` is accepted too; ``dst``/``src`` are *global* ranks)
         All-to-all in the counts/displacements form of GE's ``HcomAllToAllV``: counts and
         displacements are in *elements* of the flattened input/output, one per group rank.
         Result shape ``[sum(recv_counts) // inner, *input.shape[1:]]`` with
-        ``inner = prod(input.shape[1:])``.
+        ``inner = prod(input.shape[1:])``. Like every ``_c10d_functional`` collective, the
+        result is valid only after ``_c10d_functional.wait_tensor(result)``: when the pieces
+        are packed (displacements are the prefix sums of the counts, as every decomposition
+        emits) the exchange runs asynchronously so compute can overlap it.
     torchair_dist::send(Tensor input, int dst, int tag, str group_name) -> Tensor
         Issues a send of ``input`` to ``dst``; returns an empty token tensor. The send is complete
         once ``_c10d_functional.wait_tensor(token)`` returns.

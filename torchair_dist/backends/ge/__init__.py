@@ -5,7 +5,9 @@ serializes the ``ModelDef``, optionally dumps/exports it, loads the bytes into a
 (:mod:`.runtime`: CANN on an Ascend host, else the reference executor) and returns a boxed
 runner with the FX calling convention. Inputs the graph mutates (AOT's ``copy_`` into a
 placeholder) are written back after each run; opaque inputs (a process group passed as a script
-object) are read at conversion time and not fed to GE.
+object) are read at conversion time and not fed to GE. User streams (the
+``torchair_dist_streams`` ops) become ``_user_stream_label``/``_user_stream_priority`` op
+attributes and control edges (:mod:`.converters.streams`).
 
 Options read: ``debug.run_eagerly`` (run the FX graph instead), ``debug.graph_dump.type/path``,
 ``export.export_mode/export_path_dir/export_name/weight_name`` and

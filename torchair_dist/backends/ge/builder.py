@@ -6,6 +6,10 @@ edge ``"<op>:-1"`` (control edges come after all data inputs). Every op input an
 is what :mod:`.registry_check` matches against the operator registry. Dynamic ports get an index
 suffix (``x0``, ``x1``, ...). Symbolic dimensions are written as -1.
 
+Ops are issued on a :class:`Lane` (``GraphBuilder.lane``; a user stream, see
+:mod:`.converters.streams`): every op but ``Data``/``Const``/``NetOutput`` gets the lane's
+attributes and takes the lane's pending control edges, and becomes the lane's last op.
+
 Attribute values are typed from their Python type: ``bool`` -> ``b``, ``int`` -> ``i``, ``float``
 -> ``f``, ``str`` -> ``s``, ``torch.dtype`` -> ``dt``, ``torch.Tensor`` -> ``t``, a list of those ->
 ``list`` (empty lists are int lists), a list of int lists -> ``list_list_int``.
@@ -13,7 +17,8 @@ Attribute values are typed from their Python type: ``bool`` -> ``b``, ``int`` ->
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+import dataclasses
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -123,6 +128,19 @@ def fill_tensor_def(tdef: TensorDef, value: torch.Tensor) -> TensorDef:
     return tdef
 
 
+@dataclasses.dataclass
+class Lane:
+    """Where ops are issued: a stream. ``attrs`` are stamped on each op issued on it,
+    ``pending`` are control sources the next op on it must follow, ``last`` is its last op."""
+
+    attrs: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    pending: List[str] = dataclasses.field(default_factory=list)
+    last: Optional[str] = None
+
+
+# ops that are not issued on a stream (graph inputs, constants, the output)
+UNSCHEDULED = frozenset({"Data", "Const", "NetOutput"})
+
 InputSpec = Tuple[str, Union[None, TensorRef, Sequence[TensorRef]]]
 OutputSpec = Tuple[str, Union[Tuple[torch.dtype, Sequence[int]], List[Tuple[torch.dtype, Sequence[int]]]]]
 
@@ -134,6 +152,8 @@ class GraphBuilder:
         self.graph = GraphDef(name=name)
         self._names: dict = {}
         self.num_data = 0
+        self.lane = Lane()  # the main stream until a converter switches lanes
+        self.lanes: Dict[str, Lane] = {"": self.lane}  # by stream tag ("" = the main stream)
 
     def unique_name(self, base: str) -> str:
         n = self._names.get(base, 0)
@@ -147,6 +167,11 @@ class GraphBuilder:
         op = self.graph.op.add()
         op.name = self.unique_name(name or op_type)
         op.type = op_type
+        sources = [c if isinstance(c, str) else c.op for c in control]
+        lane = None if op_type in UNSCHEDULED else self.lane
+        if lane is not None and lane.pending:
+            sources += lane.pending
+            lane.pending = []
         for port, value in inputs:
             if value is None:  # an omitted optional input
                 continue
@@ -155,11 +180,15 @@ class GraphBuilder:
             else:
                 for i, ref in enumerate(value):
                     self._add_input(op, f"{port}{i}", ref)
-        for src in control:
-            op.input.append(f"{src if isinstance(src, str) else src.op}:-1")
+        for src in dict.fromkeys(sources):  # once each, in order
+            op.input.append(f"{src}:-1")
         for key, value in (attrs or {}).items():
             if value is not None:
                 set_attr(op.attr[key], value)
+        if lane is not None:
+            for key, value in lane.attrs.items():
+                set_attr(op.attr[key], value)
+            lane.last = op.name
         refs: List[TensorRef] = []
         for port, spec in outputs:
             specs = [(port, spec)] if isinstance(spec, tuple) else [
@@ -197,6 +226,10 @@ class GraphBuilder:
         return ref
 
     def net_output(self, refs: Sequence[TensorRef], control: Iterable[Any] = ()) -> None:
+        """The graph's output; it also follows every control edge no op on its lane took."""
+        control = [*control, *(src for lane in self.lanes.values() for src in lane.pending)]
+        for lane in self.lanes.values():
+            lane.pending = []
         self.op("NetOutput", [("x", list(refs))], {}, [], name="NetOutput", control=control)
 
     def model(self, name: Optional[str] = None) -> ModelDef:

@@ -259,3 +259,26 @@ def _index_put(cx, x, indices, values, accumulate=False):
                                    ("indexed_sizes", cx.const(mask, torch.int64)),
                                    ("indexed_strides", cx.const([0] * len(mask), torch.int64)),
                                    ("indices", given)], {"accumulate": bool(accumulate)}, port="x")
+
+
+# InplaceIndexAdd's var/updates dtypes; others (bfloat16) accumulate in float32
+_INDEX_ADD_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.uint8,
+                     torch.int16, torch.int32, torch.int64, torch.bool}
+
+
+@register([aten.index_add.default], ["TensorMove", "InplaceIndexAdd", "Const", "Cast"])
+def _index_add(cx, x, dim, index, source, *, alpha=1):
+    """``x`` with ``alpha * source`` slices added at ``index`` along ``dim`` (duplicates
+    accumulate): the MoE combine. GE's InplaceIndexAdd updates its ``var`` input, so it gets a
+    TensorMove copy of ``x`` (the FX graph is functional: ``x`` may have other readers)."""
+    dtype = x.dtype
+    work = dtype if dtype in _INDEX_ADD_DTYPES else torch.float32
+    var = cx.cast(cx.emit1("TensorMove", [("x", x)], None, (dtype, x.shape)), work)
+    if index.dtype not in (torch.int32, torch.int64):
+        index = cx.cast(index, torch.int64)
+    updates = cx.cast(source, work)
+    scale = None if alpha == 1 else cx.const(alpha, work)
+    y = cx.emit1("InplaceIndexAdd", [("var", var), ("indices", index), ("updates", updates),
+                                     ("alpha", scale)], {"axis": _norm(dim, len(x.shape))},
+                 (work, x.shape), port="var")
+    return cx.cast(y, dtype)

@@ -170,3 +170,12 @@ def _index_put(spec: OpSpec):
         index = [next(it) if m else None for m in mask]
         return torch.ops.aten.index_put.default(x, index, value, accumulate)
     return run
+
+
+@kernel("InplaceIndexAdd")
+def _inplace_index_add(spec: OpSpec):
+    """Returns the updated copy (the executor is functional; the converter already copied var)."""
+    axis = spec.attr("axis")
+    if spec.port("alpha") is None:
+        return lambda var, indices, updates: var.index_add(axis, indices, updates)
+    return lambda var, indices, updates, alpha: var.index_add(axis, indices, updates * alpha)

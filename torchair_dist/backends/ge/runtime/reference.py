@@ -11,11 +11,13 @@ time), and generates one Python function with one line per GE op::
         ...
         return [v_add]
 
-Control edges carry no data; ops run in graph order, which is the FX order the converter
-emitted (collectives keep the traced order on every rank).
+Control edges carry no data but order: ops run in graph order (the FX order the converter
+emitted; collectives keep the traced order on every rank) moved only where a data or control
+edge (``"<op>:-1"``) demands it (:func:`schedule`); ``NetOutput`` runs last.
 """
 from __future__ import annotations
 
+import heapq
 import keyword
 import re
 from typing import Any, Dict, List, Sequence
@@ -68,6 +70,43 @@ class ReferenceRuntime(GeRuntime):
         return self._fn(inputs)
 
 
+def schedule(graph) -> List[Any]:
+    """The ops of ``graph`` in an order honouring every data and control edge: the graph order
+    where it already does (a stable topological sort), ``NetOutput`` last."""
+    ops = list(graph.op)
+    index = {op.name: i for i, op in enumerate(ops)}
+    waits = [0] * len(ops)
+    users: List[List[int]] = [[] for _ in ops]
+    for i, op in enumerate(ops):
+        srcs = set()
+        for inp in op.input:
+            src = inp.rpartition(":")[0]
+            if src not in index:
+                raise GeRuntimeError(f"{op.type} {op.name!r}: input {inp!r} names no op")
+            srcs.add(index[src])
+        if op.type == "NetOutput":
+            srcs.update(j for j in range(len(ops)) if j != i)
+        srcs.discard(i)
+        waits[i] = len(srcs)
+        for j in srcs:
+            users[j].append(i)
+    ready = [i for i, n in enumerate(waits) if n == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(ops[i])
+        for u in users[i]:
+            waits[u] -= 1
+            if waits[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(ops):
+        stuck = sorted(ops[i].name for i, n in enumerate(waits) if n)
+        raise GeRuntimeError(f"the data/control edges of GE graph {graph.name!r} form a cycle "
+                             f"through {stuck[:8]}")
+    return order
+
+
 def generate(model: ModelDef, device: torch.device = torch.device("cpu")):
     """(source code, globals) of the straight-line function for ``model.graph[0]``.
 
@@ -81,11 +120,12 @@ def generate(model: ModelDef, device: torch.device = torch.device("cpu")):
     lines: List[str] = []
     state: Dict[str, Any] = {"device": device}  # shared by the kernels of this graph
     last_use: Dict[str, int] = {}
-    for pos, op in enumerate(graph.op):
+    order = schedule(graph)
+    for pos, op in enumerate(order):
         for inp in op.input:
             if not inp.endswith(":-1"):
                 last_use[inp] = pos
-    for pos, op in enumerate(graph.op):
+    for pos, op in enumerate(order):
         ident = _ident(op.name, used)
         if op.type == "Const":
             value = decode_tensor(op.attr["value"].t)
