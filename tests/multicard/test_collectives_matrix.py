@@ -9,15 +9,13 @@ The cross-rank consistency check is on (the default) in every item.
 Mode x dynamic combinations (``COMBOS``), each on 2 and 4 ranks:
 
 * ``npugraph_ex``: static and dynamic;
-* ``reduce-overhead``: static — it is a deprecated alias served by the same ACL-graph backend,
-  so its dynamic column repeats npugraph_ex's; ``TORCHAIR_DIST_FULL_MATRIX=1`` adds it;
+* ``reduce-overhead``: static and dynamic (a deprecated alias served by the same ACL-graph
+  backend, kept in the matrix so the alias cannot drift);
 * ``max-autotune`` (GE): static and dynamic (the dynamic column adds ~17 s on 2 ranks, ~80 s on
   4 ranks on a 2-core machine). In the dynamic column the receiving cases (``GE_DYNAMIC_RECV``)
   must fail with exactly ``UnsupportedOpError`` (GE's HcomReceive needs a static shape) on every
   rank: a documented limitation, with advice in the message.
 """
-import os
-
 import pytest
 
 from collective_cases import CASES, check_recorded, run_case
@@ -26,9 +24,7 @@ from collective_cases import CASES, check_recorded, run_case
 GE_DYNAMIC_RECV = {"p2p_ring", "send_recv_pairs"}
 
 COMBOS = [("npugraph_ex", False), ("npugraph_ex", True), ("reduce-overhead", False),
-          ("max-autotune", False), ("max-autotune", True)]
-if os.environ.get("TORCHAIR_DIST_FULL_MATRIX") == "1":
-    COMBOS += [("reduce-overhead", True)]
+          ("reduce-overhead", True), ("max-autotune", False), ("max-autotune", True)]
 
 
 @pytest.mark.parametrize("mode,dynamic", COMBOS,
