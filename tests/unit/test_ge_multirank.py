@@ -5,25 +5,8 @@ Uses the rank harness of tests/multicard (harness.RankPool); each case is a modu
 function run on every rank as ``fn(rank, world_size, case)``.
 """
 import os
-import sys
 
-os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_MULTICARD = os.path.join(_HERE, "..", "multicard")
-for _p in (_HERE, _MULTICARD):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import pytest  # noqa: E402
-
-from harness import RankPool  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def ranks2():
-    pool = RankPool(2)
-    yield pool
-    pool.shutdown()
+import pytest
 
 
 def _cases():
@@ -370,10 +353,6 @@ def _run_4_ranks(rank, world_size):
     return sorted({op.attr["group"].s.decode() for op in model.graph[0].op if "group" in op.attr})
 
 
-def test_collectives_and_subgroups_on_4_ranks():
-    pool = RankPool(4)
-    try:
-        groups = pool.run(_run_4_ranks, timeout=400)
-    finally:
-        pool.shutdown()
+def test_collectives_and_subgroups_on_4_ranks(ranks4):
+    groups = ranks4.run(_run_4_ranks, timeout=400)
     assert groups == [["tag=;ranks=0,2"], ["tag=;ranks=1,3"], ["tag=;ranks=0,2"], ["tag=;ranks=1,3"]]
