@@ -13,7 +13,6 @@ they equal eager's), and whether the graph was compiled or loaded (``--cache-dir
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -21,38 +20,26 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-# torch is imported after argument parsing, so --help answers at once.
+from cli import base_parser, import_runtime  # noqa: E402
+
+# torch is imported after argument parsing, so --help answers at once: these names are bound
+# by _import_runtime().
+torch = dist = torchair_dist = None
+gather_rows = init_distributed = median_us = require_torchrun = time_steps = None
 
 
 def _import_runtime() -> None:
     """Import torch and the library (slow) into this module, after argument parsing."""
-    global torch, dist, torchair_dist, gather_rows, init_distributed, median_us
-    global require_torchrun, time_steps
-    import torch
-    import torch.distributed as dist
-
-    import torchair_dist
-    from common import gather_rows, init_distributed, median_us, require_torchrun, time_steps
+    import_runtime(globals())
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--mode", default="npugraph_ex",
-                   choices=["npugraph_ex", "reduce-overhead", "max-autotune"],
-                   help="CompilerConfig.mode")
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--heads", type=int, default=4)
+    p = base_parser(__doc__)
     p.add_argument("--vocab", type=int, default=128)
-    p.add_argument("--batch", type=int, default=2)
     p.add_argument("--prompt", type=int, default=8, help="prompt tokens per sequence")
     p.add_argument("--new-tokens", type=int, default=24, help="tokens generated per sequence")
     p.add_argument("--repeat", type=int, default=3,
                    help="generation passes per variant (latency = median over all steps)")
-    p.add_argument("--cache-dir", default=None,
-                   help="compile through torchair_dist.cache_compile (a 2nd run starts warm)")
-    p.add_argument("--timeout", type=int, default=120, help="process-group timeout (s)")
     return p.parse_args(argv)
 
 
