@@ -17,6 +17,7 @@ from .errors import BackendUnavailableError, UnsupportedModeError
 from .passes.common import run_common_passes
 from .passes.graph_info import mutated_input_indices
 from .passes.overlap import schedule_overlap
+from .passes.reinplace import reinplace_collectives
 from .passes.validate import validate_graph
 
 log = logging.getLogger("torchair_dist")
@@ -31,8 +32,8 @@ MODE_BACKENDS: Dict[str, str] = {
 # mode -> passes run after the common passes, only in that mode. The pass list per mode.
 MODE_PASSES: Dict[str, List[Callable]] = {
     "max-autotune": [],
-    "reduce-overhead": [schedule_overlap],
-    "npugraph_ex": [schedule_overlap],
+    "reduce-overhead": [schedule_overlap, reinplace_collectives],
+    "npugraph_ex": [schedule_overlap, reinplace_collectives],
 }
 
 _graph_ids = itertools.count()

@@ -1,0 +1,77 @@
+"""Re-inplace functional collectives whose input buffer is dead afterwards (ACL modes).
+
+AOT functionalizes ``dist.all_reduce(h)`` into::
+
+    r = _c10d_functional.all_reduce(h, op, group)   # clones h, reduces the clone
+    w = _c10d_functional.wait_tensor(r)
+    h2 = aten.copy(h, w)                             # a fresh tensor with w's values
+
+When nothing reads ``h`` after the collective, the clone and the copy are pure overhead: this
+pass rewrites the collective to ``all_reduce_(h)`` (reduce in place) and routes the users of
+``h2`` to ``w``, as inductor does. Switched off by
+``debug.aclgraph.disable_reinplace_inplaceable_ops_pass``.
+
+Requires: node order is the execution order (run after scheduling passes). Guarantees: values
+unchanged; a buffer is reduced in place only if it is an op's fresh result (not a graph input,
+not a view, not a graph output) and every other reader runs before the collective; the order
+of collectives is unchanged.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+_c10d = torch.ops._c10d_functional
+
+# functional collective -> its in-place twin (same arguments, input written in place)
+INPLACE_TWINS = {
+    _c10d.all_reduce.default: _c10d.all_reduce_.default,
+}
+
+
+def _fresh_buffer(node) -> bool:
+    """True when ``node`` is the freshly allocated result of an op (no alias of anything)."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return False
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or len(schema.returns) != 1:
+        return False
+    return schema.returns[0].alias_info is None and not schema.is_mutable
+
+
+def _readers_after(buffer: torch.fx.Node, collective: torch.fx.Node, order) -> list:
+    return [u for u in buffer.users if u is not collective and order[u] > order[collective]]
+
+
+def reinplace_collectives(gm: torch.fx.GraphModule, example_inputs, config):
+    """Rewrite dead-input functional collectives to their in-place twins (see module doc)."""
+    if config.debug.aclgraph.disable_reinplace_inplaceable_ops_pass.raw:
+        return gm
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    changed = False
+    for node in list(gm.graph.nodes):
+        twin = INPLACE_TWINS.get(node.target)
+        if twin is None:
+            continue
+        buffer = node.args[0]
+        if not _fresh_buffer(buffer):
+            continue
+        waits = [u for u in node.users if u.target is _c10d.wait_tensor.default]
+        if len(waits) != 1 or len(node.users) != 1:
+            continue
+        wait = waits[0]
+        later = _readers_after(buffer, node, order)
+        copies = [u for u in later if u.target is aten.copy.default and u.args[0] is buffer
+                  and u.args[1] is wait]
+        if len(copies) != len(later):
+            continue  # someone still reads the un-reduced buffer after the collective
+        node.target = twin
+        for copy in copies:
+            copy.replace_all_uses_with(wait)
+            gm.graph.erase_node(copy)
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
