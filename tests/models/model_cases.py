@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
 from typing import Dict, List
 
@@ -19,26 +20,26 @@ import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+# The model zoo of the launch scripts: tiny HF Llama and its tensor-parallel plan.
+_LAUNCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "launch")
+if _LAUNCH not in sys.path:
+    sys.path.insert(0, _LAUNCH)
+
+from models import LLAMA_DEFAULTS as LLAMA, llama_tp_plan, tiny_llama  # noqa: E402,F401
+
 # ------------------------------------------------------------------------------ helpers
 
 
 @contextlib.contextmanager
 def record_graphs():
-    """Collect the call_function targets of every graph NpuFxCompiler receives."""
-    from torchair_dist import compiler as compiler_mod
+    """Collect the call_function targets of every graph our compiler receives."""
+    from torchair_dist.compiler import record_graphs as record
+    from torchair_dist.passes.graph_info import op_targets
 
     graphs: List[List[str]] = []
-    original = compiler_mod.NpuFxCompiler.__call__
-
-    def record(self, gm, example_inputs, is_inference=True):
-        graphs.append([str(n.target) for n in gm.graph.nodes if n.op == "call_function"])
-        return original(self, gm, example_inputs, is_inference)
-
-    compiler_mod.NpuFxCompiler.__call__ = record
-    try:
+    with record() as seen:
         yield graphs
-    finally:
-        compiler_mod.NpuFxCompiler.__call__ = original
+    graphs.extend(op_targets(ctx.gm) for ctx in seen)
 
 
 def backend_for(mode: str):
@@ -65,34 +66,6 @@ def compile_and_compare(fn, inputs, mode: str, calls: int = 2) -> Dict:
 
 
 # ------------------------------------------------------------------------- (a) HF Llama TP
-LLAMA = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128)
-
-
-def tiny_llama(seed: int = 0, **overrides):
-    """A ``LlamaForCausalLM`` with a tiny random config (no download), in eval mode."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(**{**LLAMA, **overrides})
-    return LlamaForCausalLM(cfg).eval()
-
-
-def llama_tp_plan(num_layers: int) -> Dict:
-    """Megatron plan: Colwise q/k/v/gate/up, Rowwise o/down, for every decoder layer."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-
-    plan = {}
-    for i in range(num_layers):
-        p = f"model.layers.{i}"
-        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                     "mlp.gate_proj", "mlp.up_proj"):
-            plan[f"{p}.{name}"] = ColwiseParallel()
-        for name in ("self_attn.o_proj", "mlp.down_proj"):
-            plan[f"{p}.{name}"] = RowwiseParallel()
-    return plan
-
-
 def sharded_llama(world: int, seed: int = 0, **overrides):
     """(unsharded reference model, TP-sharded model) with the same random weights."""
     from torch.distributed.device_mesh import init_device_mesh
