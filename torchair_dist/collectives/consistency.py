@@ -76,6 +76,7 @@ _SPECS = {
     "torchair_dist::all_to_all_v": ("all_to_all", 0, 5, lambda a: {}),
     "torchair_dist::send": ("send", 0, 3, lambda a: {"peer": a[1], "tag": a[2]}),
     "torchair_dist::recv": ("recv", 0, 3, lambda a: {"peer": a[1], "tag": a[2]}),
+    "torchair_dist::barrier": ("barrier", 0, 1, lambda a: {}),
     "_c10d_functional::isend": ("send", 0, 3, lambda a: {"peer": a[1], "tag": a[2]}),
     "_c10d_functional::irecv": ("recv", 0, 3, lambda a: {"peer": a[1], "tag": a[2]}),
 }

@@ -31,7 +31,12 @@ a c10d name such as ``"0"`` is accepted too; ``dst``/``src`` are *global* ranks)
         is there once ``_c10d_functional.wait_tensor(result)`` returns (the remap then copies it
         into the user's buffer, so readers of the buffer depend on the receive).
 
-``send``/``recv`` are registered as side-effectful (never dead-code eliminated). Eager
+    torchair_dist::barrier(Tensor token, str group_name) -> Tensor
+        Blocks until every rank of the group has reached it (``dist.barrier``); ``token`` is a
+        one-element tensor that gives the op a dtype/shape for the cross-rank fingerprint.
+        Returns an empty tensor.
+
+``send``/``recv``/``barrier`` are registered as side-effectful (never dead-code eliminated). Eager
 implementations are ``CompositeExplicitAutograd`` kernels that resolve the process group from the
 name and call ``torch.distributed``, so they run on gloo, NCCL and HCCL alike. The p2p kernels
 issue the operation asynchronously and register its ``Work`` against the returned tensor, the same
@@ -58,6 +63,7 @@ SCHEMAS = {
                      "SymInt[] recv_displacements, str group_name) -> Tensor"),
     "send": "send(Tensor input, int dst, int tag, str group_name) -> Tensor",
     "recv": "recv(Tensor like, int src, int tag, str group_name) -> Tensor",
+    "barrier": "barrier(Tensor token, str group_name) -> Tensor",
 }
 
 _lib = torch.library.Library(NAMESPACE, "FRAGMENT")  # FRAGMENT: safe if imported twice
@@ -148,7 +154,17 @@ def _recv_eager(like, src, tag, group_name):
     return _register(out, work)
 
 
+def _barrier_eager(token, group_name):
+    dist.barrier(group=groups.to_process_group(group_name))
+    return token.new_empty((0,))
+
+
 # ------------------------------------------------------------------------- fake (meta) impls
+def _barrier_fake(token, group_name):
+    return token.new_empty((0,))
+
+
+
 def _all_gather_fake(output_like, input, group_name):
     return [t.new_empty(t.shape) for t in output_like]
 
@@ -172,6 +188,7 @@ OPS = {
     "all_to_all_v": (_all_to_all_v_eager, _all_to_all_v_fake, False),
     "send": (_send_eager, _send_fake, True),
     "recv": (_recv_eager, _recv_fake, True),
+    "barrier": (_barrier_eager, _barrier_fake, True),
 }
 
 _registered = False

@@ -22,8 +22,9 @@ stable name of :mod:`.groups`. Peers are global ranks in the graph.
 (all_reduce / list all_gather / all_to_all_single / reduce_scatter_tensor), so every backend
 lowers them without new ops; ranks other than the root keep their tensors unchanged.
 
-Not captured (Dynamo reports them under ``fullgraph=True``): a work object that escapes the
-compiled function, ``barrier``, object collectives (``*_object*``), ``monitored_barrier``.
+``barrier`` becomes the side-effectful ``torchair_dist.barrier`` op (GE: an all-reduce of a
+one-element token). Not captured (Dynamo reports them under ``fullgraph=True``): a work object
+that escapes the compiled function, object collectives (``*_object*``), ``monitored_barrier``.
 """
 from __future__ import annotations
 
@@ -138,6 +139,13 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
         name, scale = "sum", len(_ranks(group))
     res = _fn.all_reduce(tensor.contiguous(), name, group.group_name)
     return _finish(CapturedWork(res, [tensor], scale=scale), async_op)
+
+
+def barrier(group=None, async_op=False, device_ids=None):
+    """An in-graph barrier (side-effectful, never reordered against other collectives)."""
+    group = _pg(group)
+    _td.barrier(torch.zeros(1), _stable_name(group))
+    return _finish(CapturedWork(None, []), async_op)
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
@@ -333,6 +341,7 @@ REMAPS: Dict[object, object] = {
     dist.gather: gather,
     dist.scatter: scatter,
     dist.reduce_scatter: reduce_scatter,
+    dist.barrier: barrier,
 }
 
 _installed: Optional[set] = None

@@ -5,6 +5,7 @@
 - ``all_to_all_v`` -> ``HcomAllToAllV`` (element counts/displacements) + ``Reshape``.
 - ``send`` -> ``HcomSend`` (kept alive by a control edge into ``NetOutput``; the token the op
   returns is an empty Const); ``recv`` -> ``HcomReceive`` with static ``shape``/``dtype``.
+``barrier`` -> ``HcomAllReduce`` of its one-element token, kept alive like ``send``.
 ``dst``/``src`` are global ranks in the FX graph and group ranks in GE (``dest_rank``/``src_rank``).
 """
 from __future__ import annotations
@@ -78,6 +79,15 @@ def _send(cx, x, dst, tag, group_name):
                                      "dest_rank": ranks.index(dst)}, [])
     cx.keep_alive.append(cx.b.graph.op[-1].name)
     return cx.const(torch.empty((0,), dtype=x.dtype))
+
+
+@register([td.barrier.default], ["HcomAllReduce", "Const"])
+def _barrier(cx, token, group_name):
+    """A barrier is an all-reduce of the one-element token that nothing reads (kept alive)."""
+    group, _ = _group(group_name)
+    cx.emit1("HcomAllReduce", [("x", token)], {"reduction": "sum", "group": group, "fusion": 0})
+    cx.keep_alive.append(cx.b.graph.op[-1].name)
+    return cx.const(torch.empty((0,), dtype=torch.float32))
 
 
 @register([td.recv.default], ["HcomReceive"])
