@@ -28,6 +28,17 @@ if _LAUNCH not in sys.path:
 from models import LLAMA_DEFAULTS as LLAMA, llama_tp_plan, tiny_llama  # noqa: E402,F401
 
 # ------------------------------------------------------------------------------ helpers
+MODES = ["npugraph_ex", "reduce-overhead", "max-autotune"]
+
+
+def check_results(results: List[Dict], atol: float, ref_atol: float, what: str) -> None:
+    """The checks every model test makes on every rank: compiled == eager within ``atol``,
+    eager == the unsharded reference within ``ref_atol``, and exactly one graph."""
+    for rank, r in enumerate(results):
+        assert r["diff"] <= atol, f"rank {rank}: compiled vs eager {r['diff']}"
+        assert r["ref_diff"] <= ref_atol, f"rank {rank}: {what} vs reference {r['ref_diff']}"
+        assert len(r["graphs"]) == 1, f"rank {rank} compiled {len(r['graphs'])} graphs"
+
 
 
 @contextlib.contextmanager

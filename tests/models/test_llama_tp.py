@@ -9,25 +9,19 @@ Tolerance: compiled vs sharded eager ``ATOL = 1e-5`` (the same aten ops in the s
 observed), sharded eager vs the unsharded model ``REF_ATOL = 1e-4`` (all_reduce summation order).
 """
 import pytest
-from model_cases import llama_case
+from model_cases import MODES, check_results, llama_case
 
 ATOL, REF_ATOL = 1e-5, 1e-4
-
-MODES = ["npugraph_ex", "reduce-overhead", "max-autotune"]
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_llama_tp_two_ranks(ranks2, mode):
     results = ranks2.run(llama_case, mode, timeout=240)
-    for rank, r in enumerate(results):
-        assert r["diff"] <= ATOL, f"rank {rank}: compiled vs eager {r['diff']}"
-        assert r["ref_diff"] <= REF_ATOL, f"rank {rank}: sharded vs unsharded {r['ref_diff']}"
-        assert len(r["graphs"]) == 1, f"rank {rank} compiled {len(r['graphs'])} graphs"
+    check_results(results, ATOL, REF_ATOL, "sharded")
+    for r in results:
         assert sum("all_reduce" in op for op in r["graphs"][0]) == 4  # o_proj + down_proj x 2
 
 
 def test_llama_tp_eager_attention_max_autotune(ranks2):
     results = ranks2.run(llama_case, "max-autotune", 2, 8, "eager", timeout=240)
-    for rank, r in enumerate(results):
-        assert r["diff"] <= ATOL and r["ref_diff"] <= REF_ATOL, (rank, r["diff"], r["ref_diff"])
-        assert len(r["graphs"]) == 1
+    check_results(results, ATOL, REF_ATOL, "sharded")

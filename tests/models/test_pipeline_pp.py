@@ -6,17 +6,15 @@ Tolerance: compiled vs eager ``ATOL = 1e-6`` (0.0 observed); vs the single-proce
 ``REF_ATOL = 1e-6``.
 """
 import pytest
-from model_cases import pipeline_case
+from model_cases import MODES, check_results, pipeline_case
 
 ATOL, REF_ATOL = 1e-6, 1e-6
 
 
-@pytest.mark.parametrize("mode", ["npugraph_ex", "reduce-overhead", "max-autotune"])
+@pytest.mark.parametrize("mode", MODES)
 def test_pipeline_send_recv_two_ranks(ranks2, mode):
     results = ranks2.run(pipeline_case, mode, timeout=180)
-    for rank, r in enumerate(results):
-        assert r["diff"] <= ATOL, f"rank {rank}: compiled vs eager {r['diff']}"
-        assert r["ref_diff"] <= REF_ATOL, f"rank {rank}: pipeline vs reference {r['ref_diff']}"
-        assert len(r["graphs"]) == 1, f"rank {rank} compiled {len(r['graphs'])} graphs"
+    check_results(results, ATOL, REF_ATOL, "pipeline")
+    for r in results:
         ops = r["graphs"][0]
         assert any("send" in op for op in ops) and any("recv" in op for op in ops), ops

@@ -7,7 +7,6 @@ autograd + ``compile_graph`` like the real backend does.
 """
 import os
 import sys
-import types
 
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -89,17 +88,13 @@ def assert_same(expected, actual, rtol=1e-5, atol=1e-5):
 
 
 def stand_in_config(**options):
-    """A tiny stand-in of CompilerConfig: ``option("debug.run_eagerly", True)`` style paths."""
-    root = types.SimpleNamespace()
+    """A max-autotune ``CompilerConfig`` with ``debug__run_eagerly=True``-style options set."""
+    from torchair_dist import CompilerConfig
+
+    config = CompilerConfig()
     for path, value in options.items():
-        obj = root
-        parts = path.split("__")
-        for part in parts[:-1]:
-            if not hasattr(obj, part):
-                setattr(obj, part, types.SimpleNamespace())
-            obj = getattr(obj, part)
-        setattr(obj, parts[-1], types.SimpleNamespace(raw=value, value=str(value)))
-    return root
+        config.option(path.replace("__", ".")).set(value)
+    return config
 
 
 def aot_compile(model, config=None, graphs=None, name="graph_0", dynamic=False, static=(),

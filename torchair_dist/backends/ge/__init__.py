@@ -31,16 +31,6 @@ log = logging.getLogger("torchair_dist")
 ENV_VALIDATE = "TORCHAIR_DIST_GE_VALIDATE"
 
 
-def option(config: Any, path: str, default: Any = None) -> Any:
-    """The typed value (``.raw``) of a config option by dotted path; ``default`` if absent."""
-    obj = config
-    for part in path.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return default
-    return getattr(obj, "raw", obj)
-
-
 def _run_eagerly(gm: torch.fx.GraphModule):
     def runner(args: List[Any]):
         return gm(*args)
@@ -50,7 +40,7 @@ def _run_eagerly(gm: torch.fx.GraphModule):
 def compile_graph(ctx: GraphContext):
     """Convert, (dump, export,) load and wrap one AOT forward graph; see the module docstring."""
     config = ctx.config
-    if option(config, "debug.run_eagerly", False):
+    if config.get("debug.run_eagerly"):
         return _run_eagerly(ctx.gm)
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -65,11 +55,11 @@ def _compile(ctx: GraphContext, config: Any):
         from .registry_check import validate
 
         validate(converted.model)
-    dump_type = option(config, "debug.graph_dump.type")
+    dump_type = config.get("debug.graph_dump.type")
     if dump_type:
         from .dump import dump_graph
 
-        name = dump_graph(converted, dump_type, option(config, "debug.graph_dump.path"),
+        name = dump_graph(converted, dump_type, config.get("debug.graph_dump.path"),
                           ctx.graph_name, ctx.rank)
         log.info("rank %d: GE graph %s dumped to %s", ctx.rank, ctx.graph_name, name)
     model_bytes = converted.model.SerializeToString()
@@ -78,7 +68,7 @@ def _compile(ctx: GraphContext, config: Any):
     runtime = create_runtime(device=_input_device(ctx.example_inputs))
     runtime.load(model_bytes)
     runner = make_runner(converted, runtime)
-    if option(config, "export.export_mode", False):
+    if config.get("export.export_mode"):
         return _exporting(runner, converted, ctx)
     return runner
 
@@ -93,16 +83,15 @@ def _exporting(runner, converted: ConvertedGraph, ctx: GraphContext):
 
     def run(args: List[Any]):
         if not done:
-            weight_name = option(config, "export.weight_name") or {}
+            weight_name = config.get("export.weight_name") or {}
             names = {i: weight_name[id(args[i])] for i in ctx.static_input_indices
                      if id(args[i]) in weight_name}
             path = export_model(
-                converted, args, export_path=option(config, "export.export_path_dir") or "./",
-                export_name=option(config, "export.export_name") or "export", rank=ctx.rank,
+                converted, args, export_path=config.get("export.export_path_dir") or "./",
+                export_name=config.get("export.export_name") or "export", rank=ctx.rank,
                 world_size=ctx.world_size, distributed=_distributed(),
                 static_input_indices=ctx.static_input_indices, weight_names=names,
-                auto_atc_config=bool(option(config, "export.experimental.auto_atc_config_generated",
-                                            False)))
+                auto_atc_config=config.get("export.experimental.auto_atc_config_generated"))
             log.info("rank %d: GE graph %s exported to %s", ctx.rank, ctx.graph_name, path)
             done.append(path)
         return runner(args)
@@ -158,4 +147,4 @@ def make_runner(converted: ConvertedGraph, runtime: Any):
     return boxed(runner)
 
 
-__all__ = ["compile_graph", "make_runner", "option"]
+__all__ = ["compile_graph", "make_runner"]
