@@ -41,4 +41,4 @@ registry: $(STAMP)
 	$(PY) -m torchair_dist.backends.ge.registry_subset $(if $(REGISTRY),--registry $(REGISTRY))
 
 docs: $(STAMP)
-	$(PY) -m torchair_dist.configs.reference --write README.md
+	$(PY) -m torchair_dist.docs --write README.md

@@ -8,15 +8,13 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from . import platform
+from . import pipeline, platform
 from ._logging import init_logging
-from .collectives import p2p
 from .compiler import NpuFxCompiler, get_compiler
-from .configs import MODES, CompilerConfig, apply_compile_options, check_config_support
+from .configs import MODES, CompilerConfig, apply_compile_options
 from .decompositions import merge_decompositions
 from .errors import ConfigError, ConfigTypeError
 from .patches import apply_platform_patches
-from .streams.rewrite import rewrite_streams
 
 log = logging.getLogger("torchair_dist")
 
@@ -39,7 +37,7 @@ def get_npu_backend(*, compiler_config: Optional[CompilerConfig] = None,
     elif not isinstance(compiler_config, CompilerConfig):
         raise ConfigTypeError(f"compiler_config must be a torchair_dist.CompilerConfig, got "
                               f"{type(compiler_config).__name__}")
-    check_config_support(compiler_config)
+    pipeline.check_config_support(compiler_config)
     decompositions = merge_decompositions(custom_decompositions)
     apply_platform_patches()
     return functools.partial(_npu_backend, compiler_config=compiler_config,
@@ -97,8 +95,11 @@ def _npu_backend(gm: torch.fx.GraphModule, example_inputs, *, compiler_config: C
     config = _apply_torch_compile_mode(config, kwargs.get("mode"))
     if config is compiler_config:
         config = config.copy()
-    gm = p2p.preprocess_send_recv(gm, config)
-    gm = rewrite_streams(gm, config)
+    elif kwargs.get("options"):
+        # options= and mode= changed the config: its options get the same honesty check.
+        pipeline.check_config_support(config, stacklevel=2)
+    for dynamo_pass in pipeline.passes_of(config.mode.raw, "dynamo-pass"):
+        gm = dynamo_pass(gm, config)
     compiler = compiler_factory(config)
     return compile_with_aot(gm, example_inputs, compiler, decompositions)
 

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import itertools
 import logging
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -13,63 +14,72 @@ from .backends.context import GraphContext, current_rank_and_world
 from .collectives import consistency
 from .configs import CompilerConfig
 from .debug import data_dump_runner
-from .errors import BackendUnavailableError, UnsupportedModeError
-from .passes.common import run_common_passes
+from . import pipeline
+from .errors import BackendUnavailableError
 from .passes.graph_info import mutated_input_indices
-from .passes.overlap import schedule_overlap
-from .passes.reinplace import reinplace_collectives
-from .passes.validate import validate_graph
 
 log = logging.getLogger("torchair_dist")
 
-# mode -> module exposing compile_graph(ctx). The ONE dispatch table.
-MODE_BACKENDS: Dict[str, str] = {
-    "max-autotune": "torchair_dist.backends.ge",
-    "reduce-overhead": "torchair_dist.backends.aclgraph",
-    "npugraph_ex": "torchair_dist.backends.aclgraph",
-}
-
-# mode -> passes run after the common passes, only in that mode. The pass list per mode.
-MODE_PASSES: Dict[str, List[Callable]] = {
-    "max-autotune": [],
-    "reduce-overhead": [schedule_overlap, reinplace_collectives],
-    "npugraph_ex": [schedule_overlap, reinplace_collectives],
-}
+# Views of the declared pipeline (torchair_dist.pipeline), kept for callers of this module.
+MODE_BACKENDS: Dict[str, str] = {mode: row.backend for mode, row in pipeline.MODE_TABLE.items()}
 
 _graph_ids = itertools.count()
-_observers: List[List[GraphContext]] = []
+_observers: List[Tuple[Optional[str], List[Any]]] = []
 
 
 @contextlib.contextmanager
-def record_graphs():
-    """Collect the ``GraphContext`` of every graph compiled inside the block (tests, debugging).
+def record_graphs(after: Optional[str] = None):
+    """Collect what every graph compiled inside the block looked like (tests, debugging).
 
-    ``ctx.gm`` is the graph after the common and mode passes, as the backend received it::
+    Without ``after``: the ``GraphContext`` of each graph, ``ctx.gm`` being the graph after all
+    AOT passes, as the backend received it::
 
         with record_graphs() as graphs:
             compiled(x)
         assert len(graphs) == 1 and "_c10d_functional.all_reduce.default" in op_targets(graphs[0].gm)
+
+    With ``after="overlap"`` (any AOT-pass stage of ``pipeline.STAGES``): a copy of each graph
+    as that stage left it; the real pipeline still runs to the end (vLLM's TestBackend idiom).
     """
-    seen: List[GraphContext] = []
-    _observers.append(seen)
+    if after is not None and (after not in pipeline.STAGES
+                              or pipeline.STAGES[after].level != "aot-pass"):
+        raise ValueError(f"record_graphs(after={after!r}): not an AOT-pass stage; choose one of "
+                         f"{[s.name for s in pipeline.STAGES.values() if s.level == 'aot-pass']}")
+    seen: List[Any] = []
+    entry = (after, seen)
+    _observers.append(entry)
     try:
         yield seen
     finally:
-        _observers.remove(seen)
+        _observers.remove(entry)
+
+
+def _observe_stage(name: str, gm: torch.fx.GraphModule) -> None:
+    for after, seen in _observers:
+        if after == name:
+            seen.append(copy.deepcopy(gm))
 
 
 def backend_for_mode(mode: str):
     """The ``compile_graph`` function of the backend that serves ``mode``."""
-    if mode not in MODE_BACKENDS:
-        raise UnsupportedModeError(f"Unsupported npu backend mode: {mode}; expected one of "
-                                   f"{sorted(MODE_BACKENDS)}")
-    module = importlib.import_module(MODE_BACKENDS[mode])
+    row = pipeline.mode_row(mode)
+    module = importlib.import_module(row.backend)
     compile_graph = getattr(module, "compile_graph", None)
     if compile_graph is None:
         raise BackendUnavailableError(
-            f"mode {mode!r} needs {MODE_BACKENDS[mode]}.compile_graph, which this build lacks; "
+            f"mode {mode!r} needs {row.backend}.compile_graph, which this build lacks; "
             f"use mode='npugraph_ex'")
     return compile_graph
+
+
+def run_aot_passes(gm: torch.fx.GraphModule, example_inputs, cfg: CompilerConfig):
+    """The mode's AOT-pass stages, in the order the pipeline declares them."""
+    for stage in pipeline.stages_of(cfg.mode.raw):
+        if stage.level == "aot-pass":
+            gm = pipeline.resolve(stage)(gm, example_inputs, cfg)
+            if _observers:
+                _observe_stage(stage.name, gm)
+    return gm
 
 
 def _static_indices(example_inputs: Sequence[Any]) -> List[int]:
@@ -91,10 +101,7 @@ class NpuFxCompiler:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs, is_inference: bool = True):
         cfg = self.config
         static = _static_indices(example_inputs)
-        gm = run_common_passes(gm, example_inputs, cfg)
-        for mode_pass in MODE_PASSES.get(cfg.mode.raw, ()):
-            gm = mode_pass(gm, example_inputs, cfg)
-        validate_graph(gm)
+        gm = run_aot_passes(gm, example_inputs, cfg)
         rank, world = current_rank_and_world()
         ctx = GraphContext(gm=gm, example_inputs=list(example_inputs), config=cfg,
                            static_input_indices=static,
@@ -102,8 +109,9 @@ class NpuFxCompiler:
                            graph_name=f"graph_{next(_graph_ids)}", rank=rank, world_size=world,
                            is_inference=is_inference)
         self.compiled.append(ctx)
-        for seen in _observers:
-            seen.append(ctx)
+        for after, seen in _observers:
+            if after is None:
+                seen.append(ctx)
         if cfg.debug.data_dump.type.raw is not None:
             runner = data_dump_runner(gm, cfg, ctx.graph_name, rank)
         elif cfg.debug.run_eagerly.raw:

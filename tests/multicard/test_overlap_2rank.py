@@ -1,7 +1,8 @@
 """2-rank tests of the overlap scheduling pass: compute overlaps a collective, compiled == eager.
 
-Each case runs on 2 gloo ranks (harness.RankPool). The scheduled AOT graph is recorded by
-wrapping the ACL-mode pass list, so the test asserts both numerics and the order the pass chose
+Each case runs on 2 gloo ranks (harness.RankPool). The scheduled AOT graph is recorded after the
+overlap stage of the real pipeline (compiler.record_graphs(after="overlap")), so the test asserts
+both numerics and the order the pass chose
 (the collective issued before the independent compute, its wait after it).
 """
 import os
@@ -11,19 +12,8 @@ os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 import pytest
 
 
-def _recording_passes(record):
-    import torchair_dist.compiler as compiler
-    from torchair_dist.passes.overlap import schedule_overlap
-
-    def recorded(gm, example_inputs, config):
-        gm = schedule_overlap(gm, example_inputs, config)
-        record.append([str(n.target) for n in gm.graph.nodes if n.op == "call_function"])
-        return gm
-
-    saved = dict(compiler.MODE_PASSES)
-    for mode in ("npugraph_ex", "reduce-overhead"):
-        compiler.MODE_PASSES[mode] = [recorded]
-    return saved
+def _targets_of(gms):
+    return [[str(n.target) for n in gm.graph.nodes if n.op == "call_function"] for gm in gms]
 
 
 def _block(x, w1, w2, ws):
@@ -51,8 +41,6 @@ def _run_block(rank, world_size, mode, overlap_on):
     x = torch.randn(8, 16)
     w1, w2, ws = torch.randn(16, 16), torch.randn(16, 16), torch.randn(16, 16)
     eager = _block(x, w1, w2, ws)
-    record = []
-    saved = _recording_passes(record)
     try:
         cfg = torchair_dist.CompilerConfig()
         cfg.mode = mode
@@ -60,10 +48,10 @@ def _run_block(rank, world_size, mode, overlap_on):
         torch._dynamo.reset()
         fn = torch.compile(_block, backend=torchair_dist.get_npu_backend(compiler_config=cfg),
                            fullgraph=True)
-        outs = [fn(x, w1, w2, ws) for _ in range(3)]
+        with compiler.record_graphs(after="overlap") as graphs:
+            outs = [fn(x, w1, w2, ws) for _ in range(3)]
+        record = _targets_of(graphs)
     finally:
-        compiler.MODE_PASSES.clear()
-        compiler.MODE_PASSES.update(saved)
         torch._dynamo.reset()
     for out in outs:
         for a, b in zip(out, eager):
@@ -151,18 +139,16 @@ def _run_streams(rank, world_size, mode, which):
     torch.manual_seed(7 + rank)
     x, w1, w2 = torch.randn(8, 16), torch.randn(16, 16), torch.randn(16, 16)
     eager = _side_stream_block_ref(x, w1, w2)
-    record = []
-    saved = _recording_passes(record)
     try:
         cfg = torchair_dist.CompilerConfig()
         cfg.mode = mode
         torch._dynamo.reset()
         fn = torch.compile(program, backend=torchair_dist.get_npu_backend(compiler_config=cfg),
                            fullgraph=True)
-        outs = [fn(x, w1, w2) for _ in range(3)]
+        with compiler.record_graphs(after="overlap") as graphs:
+            outs = [fn(x, w1, w2) for _ in range(3)]
+        record = _targets_of(graphs)
     finally:
-        compiler.MODE_PASSES.clear()
-        compiler.MODE_PASSES.update(saved)
         torch._dynamo.reset()
     for out in outs:
         torch.testing.assert_close(out, eager)

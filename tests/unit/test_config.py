@@ -1,15 +1,12 @@
 """CompilerConfig: every option validated, unknown names rejected, per-mode warnings."""
 import os
-import warnings
 
 import pytest
 
 from torchair_dist import CompilerConfig
-from torchair_dist.configs import ineffective_options
 from torchair_dist.configs.option import (AnyOption, BoolOption, CallableOption, ChoiceOption,
                                           DictOption, IntListOption, IntRangeOption, PathOption,
                                           RegexOption, StrOption)
-from torchair_dist.configs.support import UNSUPPORTED_IN_ACL, UNSUPPORTED_IN_GE, check_config_support
 from torchair_dist.errors import ConfigError, TorchairDistError
 
 SEED_FIELDS = ["debug", "aoe_config", "export", "dump_config", "fusion_config",
@@ -151,49 +148,3 @@ def test_mode_values():
         cfg.mode = mode
     with pytest.raises(ValueError, match="mode"):
         cfg.mode = "default"
-
-
-@pytest.mark.parametrize("table,mode", [(UNSUPPORTED_IN_GE, "max-autotune"),
-                                        (UNSUPPORTED_IN_ACL, "npugraph_ex")])
-def test_each_unsupported_entry_is_reported(table, mode, tmp_path):
-    for path, values in table:
-        cfg = CompilerConfig()
-        cfg.mode = mode
-        opt = cfg.option(path)
-        value = values[0] if values else _valid_value(opt)
-        if value is None:  # a must-exist file
-            value = str(tmp_path / "f")
-            open(value, "w").close()
-        opt.set(value)
-        assert path in ineffective_options(cfg), path
-
-
-def test_one_warning_lists_all_ineffective_options():
-    cfg = CompilerConfig()
-    cfg.mode = "npugraph_ex"
-    cfg.ge_config.enable_single_stream = True
-    cfg.experimental_config.topology_sorting_strategy = "BFS"
-    with warnings.catch_warnings(record=True) as rec:
-        warnings.simplefilter("always")
-        check_config_support(cfg)
-    user = [w for w in rec if w.category is UserWarning]
-    assert len(user) == 1
-    text = str(user[0].message)
-    assert "npugraph_ex" in text and "ge_config.enable_single_stream" in text
-    assert "topology_sorting_strategy:'BFS'" in text
-
-
-def test_default_config_warns_nothing():
-    for mode in ("max-autotune", "npugraph_ex"):
-        cfg = CompilerConfig()
-        cfg.mode = mode
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            assert check_config_support(cfg) == []
-
-
-def test_reduce_overhead_is_deprecated():
-    cfg = CompilerConfig()
-    cfg.mode = "reduce-overhead"
-    with pytest.warns(DeprecationWarning, match="npugraph_ex"):
-        check_config_support(cfg)

@@ -1,8 +1,8 @@
 """Streams and events in graph mode (torchair_dist/streams): APIs, rewrite pass, CPU replay.
 
 On CPU eager events cannot record, so the reference of every end-to-end program is the same
-program without streams. The graphs are recorded with the vLLM idiom: the ACL-mode pass list is
-wrapped to keep the AOT graph each compile produced.
+program without streams. The graphs are recorded with the vLLM idiom: the real pipeline runs and
+``compiler.record_graphs(after=...)`` keeps the AOT graph as a stage left it.
 """
 import os
 
@@ -28,17 +28,10 @@ NS = "torchair_dist_streams"
 
 
 @pytest.fixture
-def recorded(monkeypatch):
-    graphs = []
-
-    def record(gm, example_inputs, config):
-        graphs.append(gm)
-        return overlap.schedule_overlap(gm, example_inputs, config)
-
-    for mode in ACL_MODES:
-        monkeypatch.setitem(compiler.MODE_PASSES, mode, [record])
+def recorded():
     torch._dynamo.reset()
-    yield graphs
+    with compiler.record_graphs(after="custom_post_pass") as graphs:
+        yield graphs
     torch._dynamo.reset()
     stream_api._forget_tagged_events()
 

@@ -299,7 +299,7 @@ def guard_first_run(runner, ctx: GraphContext):
     if not fp:
         return runner
     check = bool(_option(ctx.config, "consistency_check", True))
-    timeout_s = float(_option(ctx.config, "consistency_timeout", 60))
+    timeout_s = float(_option(ctx.config, "consistency_timeout", 60)) if check else 0.0
     boxed = getattr(runner, "_boxed_call", False)
     state = {"checked": not check}
     rank = dist.get_rank()

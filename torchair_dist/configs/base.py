@@ -58,11 +58,11 @@ class ConfigBase:
 
     def as_dict(self) -> Dict[str, Any]:
         """{dotted path: typed value} of every option."""
-        return {path: opt.raw for path, opt in self.leaves()}
+        return {path: opt._raw for path, opt in self.leaves()}
 
     def changed(self) -> Dict[str, Any]:
         """{dotted path: typed value} of the options that differ from their defaults."""
-        return {path: opt.raw for path, opt in self.leaves() if opt.is_set()}
+        return {path: opt._raw for path, opt in self.leaves() if opt.is_set()}
 
     def option(self, path: str) -> Option:
         """The Option at a dotted path such as ``"debug.aclgraph.clone_input"``."""

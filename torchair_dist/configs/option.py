@@ -8,13 +8,33 @@ raises an error naming the option and what it accepts.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, Set
 
 from ..errors import ConfigError, ConfigPathError, ConfigTypeError
 
 INT64_MAX = 2**63 - 1
+
+# The option paths read through ``.raw``/``.value`` while a :func:`track_option_reads` block is
+# open (None: not tracking). Lets tests prove that the pipeline's declared reads are the reads
+# the code really makes. Config bookkeeping (copies, equality, cache keys) reads ``_raw``.
+_reads: Optional[Set[str]] = None
+
+
+@contextlib.contextmanager
+def track_option_reads() -> Iterator[Set[str]]:
+    """Collect the dotted paths of the options read inside the block (nested blocks merge)."""
+    global _reads
+    outer, mine = _reads, set()
+    _reads = mine
+    try:
+        yield mine
+    finally:
+        _reads = outer
+        if outer is not None:
+            outer |= mine
 
 
 class Option:
@@ -36,12 +56,14 @@ class Option:
     @property
     def raw(self) -> Any:
         """The typed Python value (bool, int, str, list, dict, callable or None)."""
+        if _reads is not None:
+            _reads.add(self.name)
         return self._raw
 
     @property
     def value(self) -> Any:
         """TorchAir's string form: True -> "1", False -> "0", None -> None, else ``str``."""
-        raw = self._raw
+        raw = self.raw
         if raw is None or isinstance(raw, (list, dict)) or callable(raw):
             return raw
         if isinstance(raw, bool):

@@ -123,12 +123,15 @@ def _custom(name: str) -> Callable:
     return run
 
 
+custom_pre_pass = _custom("post_grad_custom_pre_pass")
+custom_post_pass = _custom("post_grad_custom_post_pass")
+
 COMMON_PASSES: List[Callable] = [
-    _custom("post_grad_custom_pre_pass"),
+    custom_pre_pass,
     remove_noop_ops,
     view_to_reshape,
     collapse_view_chains,
-    _custom("post_grad_custom_post_pass"),
+    custom_post_pass,
 ]
 
 

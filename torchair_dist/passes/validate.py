@@ -49,3 +49,9 @@ def validate_graph(gm: torch.fx.GraphModule) -> None:
             raise GraphValidationError(
                 f"node {node.name} calls {t!r}, which is not a torch op{_where(node)}; wrap it "
                 f"in a torch.library custom op or keep it out of the compiled region")
+
+
+def validate_pass(gm: torch.fx.GraphModule, example_inputs, config) -> torch.fx.GraphModule:
+    """:func:`validate_graph` as a pipeline stage (a pass that changes nothing)."""
+    validate_graph(gm)
+    return gm

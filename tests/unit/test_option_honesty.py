@@ -1,0 +1,205 @@
+"""Every option takes effect or is named in the one warning — checked against the code's reads.
+
+For each option of ``CompilerConfig`` and each mode family, the option is set alone to a valid
+non-default value and a small collective program is compiled and run once on this (CPU)
+platform, with option reads tracked. Then:
+- the options the pipeline declares ineffective are exactly the ones the warning names;
+- an option declared effective was really read by the code during the compile and first call;
+- the code read no option that the pipeline declares ineffective (the table would lie).
+"""
+import warnings
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import torchair_dist
+from torchair_dist import pipeline
+from torchair_dist.configs import CompilerConfig, track_option_reads
+from torchair_dist.configs.option import (AnyOption, CallableOption, ChoiceOption,
+                                          DictOption, IntListOption, IntRangeOption, PathOption,
+                                          RegexOption, StrOption)
+
+MODES = ("max-autotune", "npugraph_ex")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_rank_group(tmp_path_factory):
+    store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "s"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def non_default_value(opt, tmp_path):
+    """A valid value that differs from the option's default (None: there is none)."""
+    if isinstance(opt, ChoiceOption):  # BoolOption included
+        others = [c for c in opt.choices if c != opt.default or type(c) is not type(opt.default)]
+        others = [c for c in others if c is not None] or others
+        return others[0] if others else None
+    if isinstance(opt, IntRangeOption):
+        for v in (opt.lo, opt.lo + 1, (opt.default or 0) + 1):
+            if v != opt.default and opt.lo <= v <= opt.hi:
+                return v
+    if isinstance(opt, PathOption):
+        if opt.must_exist == "dir" or (opt.must_exist is None and not opt.suffix):
+            (tmp_path / "dir").mkdir(exist_ok=True)
+            return str(tmp_path / "dir")  # not the default (the working directory)
+        path = tmp_path / f"f{opt.suffix or '.txt'}"
+        path.write_text("{}")
+        return str(path)
+    if isinstance(opt, RegexOption):
+        return opt.example
+    if isinstance(opt, StrOption):
+        return "x"
+    if isinstance(opt, IntListOption):
+        return [1, 2]
+    if isinstance(opt, DictOption):
+        return {"k": "v"}
+    if isinstance(opt, CallableOption):
+        return lambda *args: None
+    if isinstance(opt, AnyOption):
+        return "1"
+    raise AssertionError(f"no test value for {type(opt).__name__}")
+
+
+def program(x, w):
+    y = x @ w
+    dist.all_reduce(y)
+    return torch.relu(y) + 1
+
+
+def compile_once(cfg):
+    """Warnings from get_npu_backend and the reads of compile + first call."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        backend = torchair_dist.get_npu_backend(compiler_config=cfg)
+        torch._dynamo.reset()
+        x, w = torch.randn(4, 8), torch.randn(8, 8)
+        with track_option_reads() as reads:
+            out = torch.compile(program, backend=backend, fullgraph=True)(x, w)
+        torch._dynamo.reset()
+    assert torch.allclose(out, program(x, w))
+    named = [str(w.message) for w in caught if w.category is UserWarning
+             and "do not take effect" in str(w.message)]
+    return named, reads
+
+
+PATHS = [p for p, _ in CompilerConfig().leaves() if p != "mode"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_option_is_honest(mode, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # dumps and exports land here
+    problems = []
+    for path in PATHS:
+        cfg = CompilerConfig()
+        cfg.mode = mode
+        value = non_default_value(cfg.option(path), tmp_path)
+        if value is None:
+            continue  # an option with a single accepted value (e.g. jit_compile="auto")
+        cfg.option(path).set(value)
+        declared_off = pipeline.ineffective_options(cfg)
+        named, reads = compile_once(cfg)
+        warned = bool(named) and f"config.{path}=" in named[0]
+        if len(named) > 1:
+            problems.append(f"{path}: {len(named)} warnings")
+        if (path in declared_off) != warned:
+            problems.append(f"{path}: declared ineffective={path in declared_off}, warned={warned}")
+        if path not in declared_off and path not in reads:
+            problems.append(f"{path}: declared effective but never read")
+        lying = reads - pipeline.effective_options(cfg)
+        if lying:
+            problems.append(f"{path}: code read {sorted(lying)}, declared ineffective")
+    assert not problems, "\n".join(problems)
+
+
+def test_warning_names_the_reason():
+    cfg = CompilerConfig()
+    cfg.mode = "npugraph_ex"
+    cfg.ge_config.enable_single_stream = True
+    cfg.export.export_name = "m"
+    cfg.debug.fx_summary.skip_compile = False
+    cfg.debug.aclgraph.clone_input = False
+    found = pipeline.ineffective_options(cfg, platform="cpu")
+    assert "nowhere" not in found["ge_config.enable_single_stream"][1]
+    assert found["export.export_name"][1] == "only in mode max-autotune"
+    assert "not implemented" in found["debug.fx_summary.skip_compile"][1]
+    assert found["debug.aclgraph.clone_input"][1].startswith("only on cuda/npu")
+    assert "debug.aclgraph.clone_input" not in pipeline.ineffective_options(cfg, platform="cuda")
+    cfg.mode = "max-autotune"
+    found = pipeline.ineffective_options(cfg, platform="cpu")
+    assert found["export.export_name"][1] == "only when export.export_mode is on"
+
+
+def test_one_warning_per_compile_lists_every_ineffective_option():
+    cfg = CompilerConfig()
+    cfg.mode = "npugraph_ex"
+    cfg.ge_config.enable_single_stream = True
+    cfg.experimental_config.topology_sorting_strategy = "BFS"
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        pipeline.check_config_support(cfg, platform="cpu")
+    user = [w for w in rec if w.category is UserWarning]
+    assert len(user) == 1
+    text = str(user[0].message)
+    assert "npugraph_ex" in text and "config.ge_config.enable_single_stream=True" in text
+    assert "config.experimental_config.topology_sorting_strategy='BFS'" in text
+
+
+def test_default_config_warns_nothing():
+    for mode in ("max-autotune", "npugraph_ex"):
+        cfg = CompilerConfig()
+        cfg.mode = mode
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert pipeline.check_config_support(cfg) == []
+
+
+def test_reduce_overhead_is_deprecated():
+    cfg = CompilerConfig()
+    cfg.mode = "reduce-overhead"
+    with pytest.warns(DeprecationWarning, match="npugraph_ex"):
+        pipeline.check_config_support(cfg)
+
+
+def test_options_argument_goes_through_the_same_check():
+    cfg = CompilerConfig()
+    cfg.mode = "max-autotune"
+    backend = torchair_dist.get_npu_backend(compiler_config=cfg)
+    fn = torch.compile(lambda x: x * 2, backend=backend, options={"clone_input": False})
+    with pytest.warns(UserWarning, match=r"debug\.aclgraph\.clone_input=False \(only in mode"):
+        fn(torch.ones(3))
+
+
+def test_every_stage_function_exists_and_every_mode_row_is_complete():
+    for stage in pipeline.STAGES.values():
+        assert callable(pipeline.resolve(stage)), stage.fn
+        assert stage.level in ("dynamo-pass", "aot", "aot-pass", "backend", "runtime")
+        for path in stage.all_options():
+            CompilerConfig().option(path)  # raises for an unknown option
+    for row in pipeline.MODE_TABLE.values():
+        assert set(row.stages) <= set(pipeline.STAGES)
+        assert row.mode in torchair_dist.configs.MODES
+
+
+def test_record_graphs_after_a_stage_sees_that_stage_output():
+    from torchair_dist import compiler
+
+    cfg = CompilerConfig()
+    cfg.mode = "npugraph_ex"
+    cfg.experimental_config.remove_noop_ops = True
+
+    def f(x):
+        return (x + 1).view(-1)
+
+    with compiler.record_graphs(after="view_to_reshape") as graphs:
+        out = torch.compile(f, backend=torchair_dist.get_npu_backend(compiler_config=cfg),
+                            fullgraph=True)(torch.ones(2, 2))
+    assert torch.equal(out, f(torch.ones(2, 2)))
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert "aten.view.default" not in targets and "aten.reshape.default" in targets
+    with pytest.raises(ValueError, match="not an AOT-pass stage"):
+        with compiler.record_graphs(after="ge_convert"):
+            pass
+

@@ -1,0 +1,304 @@
+"""The declared pipeline: every stage of a compile, and one row per mode.
+
+Reading this module is reading the pipeline. A :class:`Stage` names one step, the function that
+runs it, the graph it works on (``dynamo``: the graph Dynamo traced; ``aot``: the functional
+graph AOT autograd produced; ``backend``: the mode's graph compiler; ``runtime``: the first
+call), the option that gates it, the options it reads, where it takes effect and whether its
+result can be dumped. A :class:`ModeRow` lists, for one ``CompilerConfig.mode``, its backend,
+its stages in order and the format its cache entries use.
+
+Option support is *derived* from these declarations (:func:`effective_options`): an option takes
+effect when a stage that runs for this mode, platform and config reads it; any other option the
+user set is named in ONE warning per compile with the reason (:func:`check_config_support`).
+``tests/unit/test_option_honesty.py`` compiles with every option set and checks the declared
+reads against the reads the code really makes, so the table cannot drift from the code.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
+
+from .configs import CompilerConfig
+from .errors import UnsupportedModeError
+
+ALL_PLATFORMS: FrozenSet[str] = frozenset({"npu", "cuda", "cpu"})
+DEVICES: FrozenSet[str] = frozenset({"npu", "cuda"})
+NPU: FrozenSet[str] = frozenset({"npu"})
+CPU_CAPTURE_ENV = "TORCHAIR_DIST_CPU_CAPTURE"
+
+# Options every compile reads whatever else is set (which mode, which passes to call).
+ALWAYS_READ: FrozenSet[str] = frozenset({"mode"})
+
+
+def _is_set(value) -> bool:
+    return value is not None and value is not False
+
+
+def _is_unset(value) -> bool:
+    return not value
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One step of the pipeline.
+
+    ``gate``/``runs_when``: the option that switches the stage on or off and the predicate on its
+    value that says the stage runs (``None``: the stage always runs). ``reads``: the options the
+    stage uses when it runs (the gate is read whenever the stage is part of the mode).
+    ``platforms``: where those reads take effect (a callable for a run-time decision).
+    """
+
+    name: str
+    fn: str                                   # "module:function"
+    level: str                                # dynamo-pass | aot | aot-pass | backend | runtime
+    doc: str
+    gate: Optional[str] = None
+    runs_when: Callable[[object], bool] = bool
+    reads: Tuple[str, ...] = ()
+    platforms: object = ALL_PLATFORMS         # frozenset or callable() -> frozenset
+    dumped: bool = False
+
+    def platform_set(self) -> FrozenSet[str]:
+        return self.platforms() if callable(self.platforms) else self.platforms
+
+    def runs(self, config: CompilerConfig) -> bool:
+        return self.gate is None or self.runs_when(config.option(self.gate)._raw)
+
+    def all_options(self) -> Tuple[str, ...]:
+        return ((self.gate,) if self.gate else ()) + self.reads
+
+
+def _capture_platforms() -> FrozenSet[str]:
+    """Device graphs capture on NPU and CUDA; on CPU only the recording stand-in captures."""
+    if os.environ.get(CPU_CAPTURE_ENV) in ("record", "emulate"):
+        return ALL_PLATFORMS
+    return DEVICES
+
+
+_CAPTURE_READS = ("debug.aclgraph.clone_input", "debug.aclgraph.enable_output_clone",
+                  "debug.aclgraph.static_capture_size_limit",
+                  "debug.aclgraph.disable_mempool_reuse_in_same_fx",
+                  "aclgraph_config.use_custom_pool", "npugraphex_config.capture_error_mode",
+                  "npugraphex_config.force_recapture", "experimental_config.frozen_parameter")
+
+_EXPORT_READS = ("export.export_path_dir", "export.export_name", "export.weight_name",
+                 "export.experimental.auto_atc_config_generated")
+
+STAGES: Dict[str, Stage] = {s.name: s for s in (
+    Stage("send_recv", "torchair_dist.collectives.p2p:preprocess_send_recv", "dynamo-pass",
+          "tag matching send/recv pairs and make receive buffers real dependencies"),
+    Stage("streams", "torchair_dist.streams.rewrite:rewrite_streams", "dynamo-pass",
+          "torch.Stream/Event calls become tagged stream ops that survive tracing"),
+    Stage("aot", "torchair_dist.backend:compile_with_aot", "aot",
+          "AOT autograd: functional graph, decompositions (default -> user -> patches)",
+          reads=("experimental_config.keep_inference_input_mutations",)),
+    Stage("custom_pre_pass", "torchair_dist.passes.common:custom_pre_pass", "aot-pass",
+          "the user's post_grad_custom_pre_pass(graph)", gate="post_grad_custom_pre_pass",
+          runs_when=_is_set),
+    Stage("remove_noop_ops", "torchair_dist.passes.common:remove_noop_ops", "aot-pass",
+          "ops that return their input unchanged are dropped",
+          gate="experimental_config.remove_noop_ops"),
+    Stage("view_to_reshape", "torchair_dist.passes.common:view_to_reshape", "aot-pass",
+          "aten.view becomes aten.reshape"),
+    Stage("collapse_view_chains", "torchair_dist.passes.common:collapse_view_chains", "aot-pass",
+          "reshape(reshape(x)) -> reshape(x)", gate="experimental_config.npu_fx_pass"),
+    Stage("custom_post_pass", "torchair_dist.passes.common:custom_post_pass", "aot-pass",
+          "the user's post_grad_custom_post_pass(graph)", gate="post_grad_custom_post_pass",
+          runs_when=_is_set),
+    Stage("overlap", "torchair_dist.passes.overlap:schedule_overlap", "aot-pass",
+          "issue collectives early, wait late (never reorders two collectives)",
+          gate="distributed_config.overlap_collectives"),
+    Stage("reinplace", "torchair_dist.passes.reinplace:reinplace_collectives", "aot-pass",
+          "a dead-input functional all_reduce becomes in-place (no clone, no copy-back)",
+          gate="debug.aclgraph.disable_reinplace_inplaceable_ops_pass", runs_when=_is_unset),
+    Stage("validate", "torchair_dist.passes.validate:validate_pass", "aot-pass",
+          "the graph holds only ops the backends accept"),
+    Stage("data_dump", "torchair_dist.debug:data_dump_runner", "backend",
+          "instead of the backend: run node by node and save every node's outputs",
+          gate="debug.data_dump.type", runs_when=_is_set,
+          reads=("debug.data_dump.filter", "debug.data_dump.path")),
+    Stage("run_eagerly", "torchair_dist.compiler:_eager_runner", "backend",
+          "instead of the backend: run the FX graph eagerly", gate="debug.run_eagerly"),
+    Stage("ge_convert", "torchair_dist.backends.ge:compile_graph", "backend",
+          "FX -> GE IR graph, validated against the operator registry", dumped=True),
+    Stage("ge_dump", "torchair_dist.backends.ge.dump:dump_graph", "backend",
+          "write the GE graph as txt/pbtxt/py", gate="debug.graph_dump.type", runs_when=_is_set,
+          reads=("debug.graph_dump.path",)),
+    Stage("ge_export", "torchair_dist.backends.ge.export:export_model", "backend",
+          "write the GE graph (.air) and its weights instead of running",
+          gate="export.export_mode", reads=_EXPORT_READS),
+    Stage("ge_run", "torchair_dist.backends.ge.runtime:create_runtime", "backend",
+          "run the GE graph: CANN on NPU, the reference executor elsewhere"),
+    Stage("acl_codegen", "torchair_dist.backends.aclgraph.codegen:generate_forward", "backend",
+          "a generated straight-line runner of the FX graph", dumped=True),
+    Stage("acl_dump", "torchair_dist.debug:dump_fx_graph", "backend",
+          "write the FX graph and the generated runner as py/txt",
+          gate="debug.graph_dump.type", runs_when=_is_set, reads=("debug.graph_dump.path",)),
+    Stage("capture", "torchair_dist.backends.aclgraph.runner:AclGraphRunner", "backend",
+          "capture per graph key, replay on later calls", reads=_CAPTURE_READS,
+          platforms=_capture_platforms),
+    Stage("consistency", "torchair_dist.collectives.consistency:guard_first_run", "runtime",
+          "before the first run all ranks compare their collectives through the c10d store",
+          gate="distributed_config.consistency_check",
+          reads=("distributed_config.consistency_timeout",)),
+)}
+
+_ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops", "view_to_reshape",
+          "collapse_view_chains", "custom_post_pass")
+_ACL = _ENTRY + ("overlap", "reinplace", "validate", "data_dump", "run_eagerly", "acl_codegen",
+                 "acl_dump", "capture", "consistency")
+_GE = _ENTRY + ("validate", "data_dump", "run_eagerly", "ge_convert", "ge_dump", "ge_export",
+                "ge_run", "consistency")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModeRow:
+    mode: str
+    backend: str          # module with compile_graph(ctx)
+    stages: Tuple[str, ...]
+    cache_format: str
+    doc: str
+
+
+MODE_TABLE: Dict[str, ModeRow] = {r.mode: r for r in (
+    ModeRow("max-autotune", "torchair_dist.backends.ge", _GE, "ge-graph",
+            "GE IR graph (CANN on Ascend, the reference executor elsewhere)"),
+    ModeRow("npugraph_ex", "torchair_dist.backends.aclgraph", _ACL, "fx-graph",
+            "ACL-graph capture and replay (NPU/CUDA graphs; a runner on CPU)"),
+    ModeRow("reduce-overhead", "torchair_dist.backends.aclgraph", _ACL, "fx-graph",
+            "deprecated alias of npugraph_ex"),
+)}
+
+
+def mode_row(mode: str) -> ModeRow:
+    if mode not in MODE_TABLE:
+        raise UnsupportedModeError(f"Unsupported npu backend mode: {mode}; expected one of "
+                                   f"{sorted(MODE_TABLE)}")
+    return MODE_TABLE[mode]
+
+
+def stages_of(mode: str) -> List[Stage]:
+    return [STAGES[name] for name in mode_row(mode).stages]
+
+
+def current_platform() -> str:
+    from . import platform as _platform
+    return _platform.current().name
+
+
+# -- option support, derived from the table ---------------------------------------------------
+def effective_options(config: CompilerConfig, platform: Optional[str] = None) -> FrozenSet[str]:
+    """Options that take effect for ``config`` on ``platform`` (default: this process's)."""
+    platform = platform or current_platform()
+    found = set(ALWAYS_READ)
+    for stage in stages_of(config.mode._raw):
+        if platform not in stage.platform_set():
+            continue
+        if stage.gate:
+            found.add(stage.gate)
+        if stage.runs(config):
+            found.update(stage.reads)
+    return frozenset(found)
+
+
+def _why_not(path: str, config: CompilerConfig, platform: str) -> str:
+    mode = config.mode._raw
+    readers = [s for s in STAGES.values() if path in s.all_options()]
+    if not readers:
+        return "not implemented by torchair_dist (accepted for TorchAir compatibility)"
+    here = [s for s in readers if s.name in mode_row(mode).stages]
+    if not here:
+        modes = sorted(m for m, row in MODE_TABLE.items()
+                       if any(s.name in row.stages for s in readers))
+        return f"only in mode {' / '.join(modes)}"
+    on_platform = [s for s in here if platform in s.platform_set()]
+    if not on_platform:
+        where = sorted(set().union(*(s.platform_set() for s in here)))
+        extra = (f"; on CPU set {CPU_CAPTURE_ENV}=record" if any(s.name == "capture" for s in here)
+                 else "")
+        return f"only on {'/'.join(where)}{extra}"
+    gates = sorted({s.gate for s in on_platform if s.gate and s.gate != path})
+    return f"only when {' or '.join(gates)} is on" if gates else "not read in this configuration"
+
+
+def ineffective_options(config: CompilerConfig,
+                        platform: Optional[str] = None) -> Dict[str, Tuple[object, str]]:
+    """{path: (value, reason)} of the options set away from their defaults that do not take
+    effect for this mode, platform and config."""
+    platform = platform or current_platform()
+    effective = effective_options(config, platform)
+    return {path: (opt._raw, _why_not(path, config, platform))
+            for path, opt in config.leaves() if opt.is_set() and path not in effective}
+
+
+DEPRECATION_MESSAGE = ('The "reduce-overhead" mode configuration will be deprecated. '
+                       'Please use the "npugraph_ex" backend (mode="npugraph_ex").')
+
+
+def check_config_support(config: CompilerConfig, platform: Optional[str] = None,
+                         stacklevel: int = 3) -> List[str]:
+    """ONE ``UserWarning`` naming every set option that does not take effect, with the reason;
+    a ``DeprecationWarning`` for ``reduce-overhead``. Returns the paths named."""
+    platform = platform or current_platform()
+    found = ineffective_options(config, platform)
+    mode = config.mode._raw
+    if found:
+        listed = "; ".join(f"config.{k}={v!r} ({why})" for k, (v, why) in found.items())
+        warnings.warn(f"torchair_dist: these options do not take effect in {mode} mode on "
+                      f"{platform}: {listed}", UserWarning, stacklevel=stacklevel)
+    if mode == "reduce-overhead":
+        warnings.warn(DEPRECATION_MESSAGE, DeprecationWarning, stacklevel=stacklevel)
+    return list(found)
+
+
+# -- the README's architecture section --------------------------------------------------------
+START = "<!-- pipeline-table:start (generated by `make docs`; do not edit) -->"
+END = "<!-- pipeline-table:end -->"
+
+
+def render() -> str:
+    modes = list(MODE_TABLE)
+    head = "| stage | graph | function | gate (switch) | reads | where | dumped | " + \
+        " | ".join(f"`{m}`" for m in modes) + " | what it does |"
+    lines = [START, "", head, "|" + "---|" * (8 + len(modes))]
+    for s in STAGES.values():
+        where = "/".join(sorted(s.platform_set())) if not callable(s.platforms) else \
+            f"npu/cuda (cpu with {CPU_CAPTURE_ENV}=record)"
+        marks = " | ".join("✓" if s.name in MODE_TABLE[m].stages else "" for m in modes)
+        reads = ", ".join(f"`{r}`" for r in s.reads)
+        lines.append(f"| {s.name} | {s.level} | `{s.fn}` | {f'`{s.gate}`' if s.gate else ''} | "
+                     f"{reads} | {where} | {'yes' if s.dumped else ''} | {marks} | {s.doc} |")
+    lines += ["", "| mode | backend | cache format | |", "|---|---|---|---|"]
+    lines += [f"| `{r.mode}` | `{r.backend}` | {r.cache_format} | {r.doc} |"
+              for r in MODE_TABLE.values()]
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def splice(text: str, start: str = START, end: str = END, body: Optional[str] = None) -> str:
+    if start not in text or end not in text:
+        raise SystemExit(f"README.md lacks the markers {start!r} / {end!r}")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return head + (body if body is not None else render()) + tail
+
+
+_resolved: Dict[str, Callable] = {}
+
+
+def resolve(stage: Stage) -> Callable:
+    """The function behind ``stage.fn`` ("module:attr"), imported on first use."""
+    fn = _resolved.get(stage.fn)
+    if fn is None:
+        import importlib
+
+        module, attr = stage.fn.split(":")
+        fn = _resolved[stage.fn] = getattr(importlib.import_module(module), attr)
+    return fn
+
+
+def passes_of(mode: str, level: str) -> List[Callable]:
+    """The pass functions of ``mode`` at ``level`` ("dynamo-pass" or "aot-pass"), in order."""
+    return [resolve(s) for s in stages_of(mode) if s.level == level]
