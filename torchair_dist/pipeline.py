@@ -20,6 +20,7 @@ import os
 import warnings
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
+from .backends.ge.runtime import cann_options as _cann
 from .configs import CompilerConfig
 from .errors import UnsupportedModeError
 
@@ -131,6 +132,15 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           gate="export.export_mode", reads=_EXPORT_READS),
     Stage("ge_run", "torchair_dist.backends.ge.runtime:create_runtime", "backend",
           "run the GE graph: CANN on NPU, the reference executor elsewhere"),
+    Stage("cann_options", "torchair_dist.backends.ge.runtime.cann_options:cann_options",
+          "backend", "GE session/graph options handed to the CANN runtime",
+          reads=_cann.CANN_OPTION_READS, platforms=NPU),
+    Stage("cann_dump", "torchair_dist.backends.ge.runtime.cann_options:cann_options",
+          "backend", "GE's own data dump (ge.exec.enableDump and friends)",
+          gate="dump_config.enable_dump", reads=_cann.CANN_DUMP_READS, platforms=NPU),
+    Stage("cann_aoe", "torchair_dist.backends.ge.runtime.cann_options:cann_options",
+          "backend", "AOE operator tuning options", gate="aoe_config.aoe_mode",
+          runs_when=_is_set, reads=_cann.CANN_AOE_READS, platforms=NPU),
     Stage("acl_codegen", "torchair_dist.backends.aclgraph.codegen:generate_forward", "backend",
           "a generated straight-line runner of the FX graph", dumped=True),
     Stage("acl_dump", "torchair_dist.debug:dump_fx_graph", "backend",
@@ -150,7 +160,7 @@ _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops", "
 _ACL = _ENTRY + ("overlap", "reinplace", "validate", "data_dump", "run_eagerly", "acl_codegen",
                  "acl_dump", "capture", "consistency")
 _GE = _ENTRY + ("validate", "data_dump", "run_eagerly", "ge_convert", "ge_dump", "ge_export",
-                "ge_run", "consistency")
+                "ge_run", "cann_options", "cann_dump", "cann_aoe", "consistency")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,7 +65,8 @@ def _compile(ctx: GraphContext, config: Any):
     model_bytes = converted.model.SerializeToString()
     from .runtime import create_runtime
 
-    runtime = create_runtime(device=_input_device(ctx.example_inputs))
+    runtime = create_runtime(device=_input_device(ctx.example_inputs), config=config,
+                             rank=ctx.rank, world_size=ctx.world_size)
     runtime.load(model_bytes)
     runner = make_runner(converted, runtime)
     if config.get("export.export_mode"):

@@ -7,18 +7,24 @@ from .opspec import GeRuntimeError
 from .reference import ReferenceRuntime
 
 
-def create_runtime(kind: str = "auto", device=None) -> GeRuntime:
+def create_runtime(kind: str = "auto", device=None, config=None, rank: int = 0,
+                   world_size: int = 1) -> GeRuntime:
     """``"reference"``, ``"cann"``, or ``"auto"``: CANN on an Ascend host, else the reference
-    executor on ``device`` (the device of the graph's inputs; CPU by default)."""
+    executor on ``device`` (the device of the graph's inputs; CPU by default). The CANN runtime
+    gets the session/graph options of ``config`` (:func:`cann_options.cann_options`)."""
     if kind == "reference":
         return ReferenceRuntime(device)
-    from .cann import CannRuntime
-
-    if kind == "cann":
-        return CannRuntime()
     from .... import platform
 
-    return CannRuntime() if platform.current().name == "npu" else ReferenceRuntime(device)
+    if kind == "auto" and platform.current().name != "npu":
+        return ReferenceRuntime(device)
+    from .cann import CannRuntime
+    from .cann_options import cann_options
+
+    if config is None:
+        return CannRuntime()
+    session, graph = cann_options(config, rank, world_size)
+    return CannRuntime(session, graph)
 
 
 __all__ = ["GeRuntime", "GeRuntimeError", "ReferenceRuntime", "create_runtime"]

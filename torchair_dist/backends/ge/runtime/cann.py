@@ -40,16 +40,18 @@ class CannRuntime(GeRuntime):
 
     name = "cann"
 
-    def __init__(self, options: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, options: Optional[Dict[str, str]] = None,
+                 graph_options: Optional[Dict[str, str]] = None) -> None:
         self._backend = _require_cann()
-        self._options = dict(options or {})
+        self._options = dict(options or {})              # GE session (global) options
+        self._graph_options = dict(graph_options or {})  # this graph's (local) options
         self._graph: Any = None
 
     def load(self, model_bytes: bytes) -> None:
         backend = self._backend
         backend.initialize_graph_engine(self._options)
         self._graph = backend.TorchNpuGraph()
-        self._graph.load(model_bytes, self._options)
+        self._graph.load(model_bytes, self._graph_options)
         self._graph.compile()
 
     def run(self, inputs: Sequence[Any]) -> List[Any]:
