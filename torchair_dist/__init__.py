@@ -13,7 +13,7 @@ from .streams import (npu_create_tagged_event, npu_record_tagged_stream, npu_str
                       npu_stream_wait_stream, npu_tagged_event_record, npu_tagged_event_wait,
                       npu_wait_tensor)
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402
 
 _remap.install()
 

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .backends.context import GraphContext, current_rank_and_world
+from .graph_context import GraphContext, current_rank_and_world
 from .collectives import consistency
 from .configs import CompilerConfig
 from .debug import data_dump_runner

@@ -166,7 +166,7 @@ def test_warm_start_in_a_new_process(tmp_path):
 def test_version_change_is_a_different_key(tmp_path, monkeypatch):
     net, fn = make(tmp_path)
     fn(X)
-    monkeypatch.setattr(torchair_dist, "__version__", "99.0")
+    monkeypatch.setattr(torchair_dist._version, "__version__", "99.0")
     net2, fn2 = make(tmp_path, net=net)
     check(net, fn2(X))
     assert fn2.last_source == "compiled" and fn2.directory() != fn.directory()

@@ -15,9 +15,10 @@ from .store import FORMAT_VERSION
 
 
 def _versions() -> Dict[str, Any]:
-    from .. import __version__
+    from .. import _version
 
-    return {"format": FORMAT_VERSION, "torch": torch.__version__, "torchair_dist": __version__,
+    return {"format": FORMAT_VERSION, "torch": torch.__version__,
+            "torchair_dist": _version.__version__,
             "python": "%d.%d" % sys.version_info[:2]}
 
 

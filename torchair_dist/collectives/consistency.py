@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from ..backends.context import GraphContext
+from ..graph_context import GraphContext
 from ..errors import CollectiveFaultError, CollectiveMismatchError, TorchairDistError
 from . import groups
 from .p2p import op_name

@@ -7,6 +7,7 @@ import torch
 import torch.fx
 
 from ..errors import GraphValidationError
+from ..util import source_line
 
 _PY_OK = {operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv,
           operator.truediv, operator.mod, operator.neg, operator.eq, operator.ne, operator.lt,
@@ -14,8 +15,8 @@ _PY_OK = {operator.getitem, operator.add, operator.sub, operator.mul, operator.f
 
 
 def _where(node: torch.fx.Node) -> str:
-    trace = (node.meta.get("stack_trace") or "").strip().splitlines()
-    return f" (from {trace[-2].strip()})" if len(trace) >= 2 else ""
+    line = source_line(node)
+    return f" (from {line})" if not line.startswith("node ") else ""
 
 
 def validate_graph(gm: torch.fx.GraphModule) -> None:

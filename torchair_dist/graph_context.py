@@ -1,0 +1,52 @@
+"""What the compiler hands a backend: one AOT forward graph and everything known about it.
+
+A ground-floor module (it imports nothing of torchair_dist but ``util``): the collectives'
+cross-rank check and the cache read ``GraphContext`` too.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, List, Sequence
+
+import torch
+
+from .util import current_rank_and_world  # noqa: F401 - re-exported
+
+
+@dataclasses.dataclass
+class GraphContext:
+    """Input of ``compile_graph`` in every backend.
+
+    Attributes:
+        gm: the AOT (functionalized, aten-level) forward graph after the common passes.
+        example_inputs: fake or real example inputs, one per placeholder, in order.
+        config: the ``CompilerConfig`` of this compile (a private copy: backends may read it,
+            never write it).
+        static_input_indices: placeholders that are parameters or buffers (never copied).
+        mutated_input_indices: placeholders the graph writes in place (``copy_`` into an input).
+        graph_name: a name unique within the process, stable for one program
+            (``graph_<n>``), used in dumps.
+        rank / world_size: of the default process group, 0 / 1 without one.
+        is_inference: True for an inference (no-grad) graph, False for a training forward.
+    """
+
+    gm: torch.fx.GraphModule
+    example_inputs: Sequence[Any]
+    config: Any
+    static_input_indices: List[int]
+    mutated_input_indices: List[int]
+    graph_name: str
+    rank: int = 0
+    world_size: int = 1
+    is_inference: bool = True
+
+
+# A runner takes the flat list of graph inputs ("boxed": the list may be cleared by the
+# callee) and returns the list/tuple of graph outputs. Backends set ``runner._boxed_call = True``.
+Runner = Callable[[List[Any]], Sequence[Any]]
+
+
+def boxed(fn: Callable[..., Any]) -> Runner:
+    """Mark ``fn(args_list)`` as using AOT autograd's boxed calling convention."""
+    fn._boxed_call = True  # type: ignore[attr-defined]
+    return fn

@@ -1,0 +1,56 @@
+"""Ground-floor helpers used across packages (imports nothing of torchair_dist).
+
+- :func:`source_line`: the user's source line of an FX node, for error messages;
+- :func:`op_name`: ``ns::name`` of an op target;
+- :func:`current_rank_and_world`: rank and world size of the default process group;
+- :func:`input_device`: the device of a graph's tensor inputs.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence, Tuple
+
+import torch
+
+_LIBRARY_DIRS = (os.path.dirname(os.path.abspath(__file__)) + os.sep,
+                 os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
+
+
+def source_line(node: torch.fx.Node) -> str:
+    """``File "...", line N, in f: code`` of the innermost frame of ``node``'s stack trace that
+    lies outside torch and torchair_dist (the user's line), else the innermost frame, else the
+    node's name."""
+    trace = (node.meta.get("stack_trace") or "").strip().splitlines()
+    frames = [i for i, line in enumerate(trace) if line.strip().startswith("File ")]
+    outside = [i for i in frames if not any(d in trace[i] for d in _LIBRARY_DIRS)]
+    for i in reversed(outside or frames):
+        line = trace[i].strip()
+        code = trace[i + 1].strip() if i + 1 < len(trace) else ""
+        return f"{line}: {code}" if code else line
+    return f"node {node.name}"
+
+
+def op_name(target: Any) -> str:
+    """``ns::name`` of an OpOverload or OpOverloadPacket target, else ''."""
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target._qualified_op_name
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.name
+    return ""
+
+
+def current_rank_and_world() -> Tuple[int, int]:
+    """(rank, world_size) of the default process group, (0, 1) when none is initialised."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def input_device(example_inputs: Sequence[Any]) -> torch.device:
+    """The device of the first real tensor input (CPU when there is none)."""
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor) and x.device.type != "meta":
+            return x.device
+    return torch.device("cpu")
