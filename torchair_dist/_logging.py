@@ -25,6 +25,17 @@ class _RankFilter(logging.Filter):
         return True
 
 
+class _FallbackHandler(logging.StreamHandler):
+    """Prints torchair_dist records (rank-prefixed) only while the application has configured
+    no root handler. Records always propagate: once the application sets up logging, its
+    handlers get them and this one stays quiet, so nothing is printed twice."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if logging.getLogger().handlers:
+            return
+        super().emit(record)
+
+
 def init_logging() -> logging.Logger:
     """Configure the library logger once per process and return it."""
     global _initialised
@@ -38,10 +49,9 @@ def init_logging() -> logging.Logger:
         logger.warning("%s=%r is not a logging level; using WARNING", ENV_LEVEL, level_name)
         level = logging.WARNING
     logger.setLevel(level)
-    if not logger.handlers:
-        handler = logging.StreamHandler()
+    if not any(isinstance(h, _FallbackHandler) for h in logger.handlers):
+        handler = _FallbackHandler()
         handler.addFilter(_RankFilter())
         handler.setFormatter(logging.Formatter("%(rank)s%(levelname)s torchair_dist: %(message)s"))
         logger.addHandler(handler)
-        logger.propagate = False
     return logger

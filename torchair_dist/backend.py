@@ -15,6 +15,7 @@ from .configs import MODES, CompilerConfig, apply_compile_options
 from .decompositions import merge_decompositions
 from .errors import ConfigError, ConfigTypeError
 from .patches import apply_platform_patches
+from .util import reset_process_state
 
 log = logging.getLogger("torchair_dist")
 
@@ -40,8 +41,10 @@ def get_npu_backend(*, compiler_config: Optional[CompilerConfig] = None,
     pipeline.check_config_support(compiler_config)
     decompositions = merge_decompositions(custom_decompositions)
     apply_platform_patches()
-    return functools.partial(_npu_backend, compiler_config=compiler_config,
-                             decompositions=decompositions)
+    backend = functools.partial(_npu_backend, compiler_config=compiler_config,
+                                decompositions=decompositions)
+    backend.reset = reset_process_state  # torch._dynamo.reset() calls it: our counters restart
+    return backend
 
 
 _determinism_warned = False

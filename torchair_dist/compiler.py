@@ -17,6 +17,7 @@ from .debug import data_dump_runner
 from . import pipeline
 from .errors import BackendUnavailableError
 from .passes.graph_info import mutated_input_indices
+from .util import on_dynamo_reset
 
 log = logging.getLogger("torchair_dist")
 
@@ -24,6 +25,13 @@ log = logging.getLogger("torchair_dist")
 MODE_BACKENDS: Dict[str, str] = {mode: row.backend for mode, row in pipeline.MODE_TABLE.items()}
 
 _graph_ids = itertools.count()
+
+
+@on_dynamo_reset
+def _reset_graph_ids() -> None:
+    global _graph_ids
+    _graph_ids = itertools.count()
+
 _observers: List[Tuple[Optional[str], List[Any]]] = []
 
 

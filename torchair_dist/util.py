@@ -3,12 +3,13 @@
 - :func:`source_line`: the user's source line of an FX node, for error messages;
 - :func:`op_name`: ``ns::name`` of an op target;
 - :func:`current_rank_and_world`: rank and world size of the default process group;
-- :func:`input_device`: the device of a graph's tensor inputs.
+- :func:`input_device`: the device of a graph's tensor inputs;
+- :func:`on_dynamo_reset`: state that ``torch._dynamo.reset()`` clears.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence, Tuple
+from typing import Any, Callable, List, Sequence, Tuple
 
 import torch
 
@@ -54,3 +55,19 @@ def input_device(example_inputs: Sequence[Any]) -> torch.device:
         if isinstance(x, torch.Tensor) and x.device.type != "meta":
             return x.device
     return torch.device("cpu")
+
+
+# -- process state that torch._dynamo.reset() clears ------------------------------------------
+_resetters: List[Callable[[], None]] = []
+
+
+def on_dynamo_reset(fn: Callable[[], None]) -> Callable[[], None]:
+    """Register ``fn`` to run when ``torch._dynamo.reset()`` resets the backends it used."""
+    _resetters.append(fn)
+    return fn
+
+
+def reset_process_state() -> None:
+    """Reset every registered counter/cache (called through the backend's ``reset``)."""
+    for fn in _resetters:
+        fn()

@@ -172,3 +172,20 @@ def test_torch_compile_mode_argument():
 
 def test_public_api():
     assert set(torchair_dist.__all__) >= {"get_npu_backend", "get_compiler", "CompilerConfig"}
+
+
+def test_dynamo_reset_restarts_graph_numbering():
+    from torchair_dist import compiler
+
+    cfg = CompilerConfig()
+    cfg.mode = "npugraph_ex"
+    names = []
+    for _ in range(3):  # the first round may follow graphs compiled without our backend
+        with compiler.record_graphs() as graphs:
+            torch.compile(lambda x: x + 1, backend=get_npu_backend(compiler_config=cfg))(
+                torch.ones(2))
+            torch.compile(lambda x: x * 2, backend=get_npu_backend(compiler_config=cfg))(
+                torch.ones(2))
+        names.append([g.graph_name for g in graphs])
+        torch._dynamo.reset()
+    assert names[1] == names[2] == ["graph_0", "graph_1"], names

@@ -25,6 +25,23 @@ def test_log_level_from_environment_and_rank_prefix():
     assert "[rank 3] DEBUG torchair_dist: hello" in out.stderr
 
 
+def test_records_propagate_to_the_application_handlers_without_duplicates():
+    code = textwrap.dedent("""
+        import logging, os
+        os.environ["TORCHAIR_DIST_LOG_LEVEL"] = "INFO"
+        from torchair_dist._logging import init_logging
+        log = init_logging()
+        log.info("before")
+        logging.basicConfig(format="APP %(name)s %(message)s", level=logging.INFO)
+        log.info("after")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines == ["INFO torchair_dist: before", "APP torchair_dist after"], lines
+
+
 def test_bad_log_level_falls_back_with_a_warning():
     code = textwrap.dedent("""
         import os
