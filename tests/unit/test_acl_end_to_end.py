@@ -67,9 +67,16 @@ def test_compiled_equals_eager(model, shape, mode, emulate, monkeypatch):
             assert torch.equal(f(x), m(x))
 
 
-def test_run_eagerly_runs_the_fx_graph():
+@pytest.mark.parametrize("mode", ["npugraph_ex", "max-autotune"])
+def test_run_eagerly_runs_the_fx_graph_not_the_backend(mode, monkeypatch):
+    import torchair_dist.compiler as compiler_mod
+
+    def no_backend(mode):
+        raise AssertionError(f"run_eagerly must not reach the {mode} backend")
+
+    monkeypatch.setattr(compiler_mod, "backend_for_mode", no_backend)
     m = MLP().eval()
-    f = torch.compile(m, backend=_backend("npugraph_ex", **{"debug.run_eagerly": True}))
+    f = torch.compile(m, backend=_backend(mode, **{"debug.run_eagerly": True}))
     x = torch.randn(3, 16)
     with torch.no_grad():
         assert torch.equal(f(x), m(x))

@@ -118,12 +118,26 @@ def test_unknown_option_lists_allowed_keys():
         apply_compile_options(CompilerConfig(), {"capture_limit": -1})
 
 
-def test_options_through_torch_compile_do_not_leak():
+def test_options_through_torch_compile_take_effect_and_do_not_leak():
+    from torchair_dist import compiler
+
     cfg = _acl()
     backend = get_npu_backend(compiler_config=cfg)
-    f = torch.compile(lambda x: x + 1, backend=backend, options={"clone_output": True})
-    assert torch.equal(f(torch.ones(2)), torch.full((2,), 2.0))
-    assert cfg.debug.aclgraph.enable_output_clone.raw is False
+    f = torch.compile(lambda x: x.view(-1) + 1, backend=backend,
+                      options={"remove_noop_ops": False, "post_grad_custom_post_pass": _tag})
+    with compiler.record_graphs() as graphs:
+        assert torch.equal(f(torch.ones(2)), torch.full((2,), 2.0))
+    seen = graphs[0].config
+    assert seen.experimental_config.remove_noop_ops.raw is False  # the graph's config has it
+    assert seen.post_grad_custom_post_pass.raw is _tag
+    assert any(n.meta.get("tagged") for n in graphs[0].gm.graph.nodes)  # the pass really ran
+    assert cfg.experimental_config.remove_noop_ops.raw is True  # the backend's config does not
+    assert cfg.post_grad_custom_post_pass.raw is None
+
+
+def _tag(graph):
+    for node in graph.nodes:
+        node.meta["tagged"] = True
 
 
 def test_bad_option_through_torch_compile_names_it():
@@ -134,10 +148,15 @@ def test_bad_option_through_torch_compile_names_it():
 
 
 def test_named_backend_entry_point():
+    from torchair_dist import compiler
+
     assert "npugraph_ex" in torch._dynamo.list_backends()
     f = torch.compile(lambda x: x * 3, backend="npugraph_ex", options={"clone_output": True},
                       fullgraph=True)
-    assert torch.equal(f(torch.ones(3)), torch.full((3,), 3.0))
+    with compiler.record_graphs() as graphs:
+        assert torch.equal(f(torch.ones(3)), torch.full((3,), 3.0))
+    assert graphs[0].config.mode.raw == "npugraph_ex"
+    assert graphs[0].config.debug.aclgraph.enable_output_clone.raw is True
 
 
 def test_dispatch_table_and_unknown_mode():
@@ -147,13 +166,18 @@ def test_dispatch_table_and_unknown_mode():
         backend_for_mode("turbo")
 
 
-def test_max_autotune_is_ge_or_a_clear_error():
-    try:
-        fn = backend_for_mode("max-autotune")
-    except BackendUnavailableError as exc:
-        assert "max-autotune" in str(exc)
-    else:
-        assert fn.__module__.startswith("torchair_dist.backends.ge")
+def test_max_autotune_is_ge_and_a_missing_backend_is_a_clear_error(monkeypatch):
+    fn = backend_for_mode("max-autotune")
+    assert fn.__module__ == "torchair_dist.backends.ge" and fn.__name__ == "compile_graph"
+    import types
+
+    import torchair_dist.compiler as compiler_mod
+
+    monkeypatch.setattr(compiler_mod.importlib, "import_module",
+                        lambda name: types.SimpleNamespace())  # a build without the backend
+    with pytest.raises(BackendUnavailableError, match="mode 'max-autotune' needs "
+                       "torchair_dist.backends.ge.compile_graph"):
+        backend_for_mode("max-autotune")
 
 
 def test_get_compiler():

@@ -31,9 +31,34 @@ def test_forced_platform(monkeypatch):
         platform.current.cache_clear()
 
 
-def test_npu_status_says_why_npu_is_off():
-    reason = platform.npu_status()
-    assert "torch_npu" in reason or "NPU" in reason
+def test_npu_status_names_each_reason(monkeypatch):
+    import builtins
+
+    def status_with(env=None, import_error=None):
+        platform._probe_npu.cache_clear()
+        monkeypatch.delenv("TORCHAIR_DIST_DISABLE_NPU", raising=False)
+        if env:
+            monkeypatch.setenv("TORCHAIR_DIST_DISABLE_NPU", env)
+        real_import = builtins.__import__
+
+        def fake_import(name, *args, **kwargs):
+            if name == "torch_npu" and import_error is not None:
+                raise import_error
+            return real_import(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", fake_import)
+        try:
+            return platform._probe_npu(), platform.npu_status()
+        finally:
+            monkeypatch.setattr(builtins, "__import__", real_import)
+            platform._probe_npu.cache_clear()
+
+    assert status_with(env="1") == (False, "NPU disabled by TORCHAIR_DIST_DISABLE_NPU=1")
+    ok, why = status_with(import_error=ImportError("No module named 'torch_npu'"))
+    assert not ok and why.startswith("torch_npu is not installed")
+    ok, why = status_with(import_error=OSError("libhccl.so: cannot open shared object file"))
+    assert not ok and why == ("torch_npu is installed but failed to import: libhccl.so: "
+                              "cannot open shared object file")
 
 
 def test_library_imports_without_importing_torch_npu():
