@@ -114,6 +114,9 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("reinplace", "torchair_dist.passes.reinplace:reinplace_collectives", "aot-pass",
           "a dead-input functional all_reduce becomes in-place (no clone, no copy-back)",
           gate="debug.aclgraph.disable_reinplace_inplaceable_ops_pass", runs_when=_is_unset),
+    Stage("reinplace_inputs", "torchair_dist.passes.reinplace_inputs:reinplace_input_mutations",
+          "aot-pass", "copy_(input, op(input)) becomes op_(input): a KV cache is written in place",
+          gate="debug.aclgraph.disable_reinplace_input_mutated_ops_pass", runs_when=_is_unset),
     Stage("validate", "torchair_dist.passes.validate:validate_pass", "aot-pass",
           "the graph holds only ops the backends accept"),
     Stage("data_dump", "torchair_dist.debug:data_dump_runner", "backend",
@@ -157,7 +160,7 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
 
 _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops", "view_to_reshape",
           "collapse_view_chains", "custom_post_pass")
-_ACL = _ENTRY + ("overlap", "reinplace", "validate", "data_dump", "run_eagerly", "acl_codegen",
+_ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "validate", "data_dump", "run_eagerly", "acl_codegen",
                  "acl_dump", "capture", "consistency")
 _GE = _ENTRY + ("validate", "data_dump", "run_eagerly", "ge_convert", "ge_dump", "ge_export",
                 "ge_run", "cann_options", "cann_dump", "cann_aoe", "consistency")
