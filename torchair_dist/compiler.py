@@ -120,9 +120,15 @@ class NpuFxCompiler:
         for after, seen in _observers:
             if after is None:
                 seen.append(ctx)
+        summary_only = False
+        if cfg.debug.fx_summary.type.raw is not None:
+            from .fx_summary import write_summary
+
+            write_summary(gm, ctx.graph_name, rank)
+            summary_only = cfg.debug.fx_summary.skip_compile.raw
         if cfg.debug.data_dump.type.raw is not None:
             runner = data_dump_runner(gm, cfg, ctx.graph_name, rank)
-        elif cfg.debug.run_eagerly.raw:
+        elif summary_only or cfg.debug.run_eagerly.raw:
             runner = _eager_runner(gm)
         else:
             runner = backend_for_mode(cfg.mode.raw)(ctx)

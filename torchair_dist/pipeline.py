@@ -119,6 +119,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           gate="debug.aclgraph.disable_reinplace_input_mutated_ops_pass", runs_when=_is_unset),
     Stage("validate", "torchair_dist.passes.validate:validate_pass", "aot-pass",
           "the graph holds only ops the backends accept"),
+    Stage("fx_summary", "torchair_dist.fx_summary:write_summary", "backend",
+          "write a csv of the graph's ops and their GE support; with skip_compile, run eagerly",
+          gate="debug.fx_summary.type", runs_when=_is_set,
+          reads=("debug.fx_summary.skip_compile",)),
     Stage("data_dump", "torchair_dist.debug:data_dump_runner", "backend",
           "instead of the backend: run node by node and save every node's outputs",
           gate="debug.data_dump.type", runs_when=_is_set,
@@ -160,9 +164,9 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
 
 _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops", "view_to_reshape",
           "collapse_view_chains", "custom_post_pass")
-_ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "validate", "data_dump", "run_eagerly", "acl_codegen",
+_ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "validate", "fx_summary", "data_dump", "run_eagerly", "acl_codegen",
                  "acl_dump", "capture", "consistency")
-_GE = _ENTRY + ("validate", "data_dump", "run_eagerly", "ge_convert", "ge_dump", "ge_export",
+_GE = _ENTRY + ("validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump", "ge_export",
                 "ge_run", "cann_options", "cann_dump", "cann_aoe", "consistency")
 
 

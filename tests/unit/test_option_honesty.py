@@ -120,11 +120,13 @@ def test_warning_names_the_reason():
     cfg.ge_config.enable_single_stream = True
     cfg.export.export_name = "m"
     cfg.debug.fx_summary.skip_compile = False
+    cfg.experimental_config.memory_efficiency = True
     cfg.debug.aclgraph.clone_input = False
     found = pipeline.ineffective_options(cfg, platform="cpu")
     assert "nowhere" not in found["ge_config.enable_single_stream"][1]
     assert found["export.export_name"][1] == "only in mode max-autotune"
-    assert "not implemented" in found["debug.fx_summary.skip_compile"][1]
+    assert found["debug.fx_summary.skip_compile"][1] == "only when debug.fx_summary.type is on"
+    assert "not implemented" in found["experimental_config.memory_efficiency"][1]
     assert found["debug.aclgraph.clone_input"][1].startswith("only on cuda/npu")
     assert "debug.aclgraph.clone_input" not in pipeline.ineffective_options(cfg, platform="cuda")
     cfg.mode = "max-autotune"

@@ -70,7 +70,7 @@ def test_old_value_read_after_the_update_keeps_the_copy():
 
 
 def test_hf_static_cache_decode_step_writes_the_cache_in_place():
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from transformers import LlamaConfig, LlamaForCausalLM, StaticCache
 
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
