@@ -117,6 +117,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("reinplace_inputs", "torchair_dist.passes.reinplace_inputs:reinplace_input_mutations",
           "aot-pass", "copy_(input, op(input)) becomes op_(input): a KV cache is written in place",
           gate="debug.aclgraph.disable_reinplace_input_mutated_ops_pass", runs_when=_is_unset),
+    Stage("topology_sort", "torchair_dist.passes.topo_sort:topology_sort", "aot-pass",
+          "order the graph GE receives by BFS/RDFS (DFS/StableRDFS: program order); side "
+          "effects never move", gate="experimental_config.topology_sorting_strategy",
+          runs_when=lambda v: v in ("BFS", "RDFS")),
     Stage("validate", "torchair_dist.passes.validate:validate_pass", "aot-pass",
           "the graph holds only ops the backends accept"),
     Stage("fx_summary", "torchair_dist.fx_summary:write_summary", "backend",
@@ -166,7 +170,7 @@ _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops", "
           "collapse_view_chains", "custom_post_pass")
 _ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "validate", "fx_summary", "data_dump", "run_eagerly", "acl_codegen",
                  "acl_dump", "capture", "consistency")
-_GE = _ENTRY + ("validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump", "ge_export",
+_GE = _ENTRY + ("topology_sort", "validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump", "ge_export",
                 "ge_run", "cann_options", "cann_dump", "cann_aoe", "consistency")
 
 
