@@ -117,6 +117,9 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("reinplace_inputs", "torchair_dist.passes.reinplace_inputs:reinplace_input_mutations",
           "aot-pass", "copy_(input, op(input)) becomes op_(input): a KV cache is written in place",
           gate="debug.aclgraph.disable_reinplace_input_mutated_ops_pass", runs_when=_is_unset),
+    Stage("deadlock_check", "torchair_dist.passes.deadlock_check:deadlock_check", "aot-pass",
+          "warn about collectives that may run concurrently on different streams",
+          gate="debug.deadlock_check"),
     Stage("topology_sort", "torchair_dist.passes.topo_sort:topology_sort", "aot-pass",
           "order the graph GE receives by BFS/RDFS (DFS/StableRDFS: program order); side "
           "effects never move", gate="experimental_config.topology_sorting_strategy",
@@ -168,9 +171,9 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
 
 _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops", "view_to_reshape",
           "collapse_view_chains", "custom_post_pass")
-_ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "validate", "fx_summary", "data_dump", "run_eagerly", "acl_codegen",
+_ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "deadlock_check", "validate", "fx_summary", "data_dump", "run_eagerly", "acl_codegen",
                  "acl_dump", "capture", "consistency")
-_GE = _ENTRY + ("topology_sort", "validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump", "ge_export",
+_GE = _ENTRY + ("deadlock_check", "topology_sort", "validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump", "ge_export",
                 "ge_run", "cann_options", "cann_dump", "cann_aoe", "consistency")
 
 
