@@ -120,6 +120,12 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("deadlock_check", "torchair_dist.passes.deadlock_check:deadlock_check", "aot-pass",
           "warn about collectives that may run concurrently on different streams",
           gate="debug.deadlock_check"),
+    Stage("constant_folding", "torchair_dist.passes.ge_graph_opts:fold_constants", "aot-pass",
+          "compute constant subgraphs once at compile time (GE Const)",
+          gate="ge_config.oo_constant_folding", runs_when=lambda v: v is True),
+    Stage("dead_code_elimination", "torchair_dist.passes.ge_graph_opts:eliminate_dead_code",
+          "aot-pass", "drop unused side-effect-free ops",
+          gate="ge_config.oo_dead_code_elimination", runs_when=lambda v: v is True),
     Stage("topology_sort", "torchair_dist.passes.topo_sort:topology_sort", "aot-pass",
           "order the graph GE receives by BFS/RDFS (DFS/StableRDFS: program order); side "
           "effects never move", gate="experimental_config.topology_sorting_strategy",
@@ -173,8 +179,9 @@ _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops", "
           "collapse_view_chains", "custom_post_pass")
 _ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "deadlock_check", "validate", "fx_summary", "data_dump", "run_eagerly", "acl_codegen",
                  "acl_dump", "capture", "consistency")
-_GE = _ENTRY + ("deadlock_check", "topology_sort", "validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump", "ge_export",
-                "ge_run", "cann_options", "cann_dump", "cann_aoe", "consistency")
+_GE = _ENTRY + ("constant_folding", "dead_code_elimination", "deadlock_check", "topology_sort",
+                "validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump",
+                "ge_export", "ge_run", "cann_options", "cann_dump", "cann_aoe", "consistency")
 
 
 @dataclasses.dataclass(frozen=True)
