@@ -4,9 +4,9 @@ import os
 import pytest
 
 from torchair_dist import CompilerConfig
-from torchair_dist.configs.option import (AnyOption, BoolOption, CallableOption, ChoiceOption,
+from torchair_dist.configs.option import (BoolOption, CallableOption, ChoiceOption,
                                           DictOption, IntListOption, IntRangeOption, PathOption,
-                                          RegexOption, StrOption)
+                                          PoolHandleOption, RegexOption, StrOption)
 from torchair_dist.errors import ConfigError, TorchairDistError
 
 SEED_FIELDS = ["debug", "aoe_config", "export", "dump_config", "fusion_config",
@@ -47,8 +47,8 @@ def _valid_value(opt):
         return opt.example
     if isinstance(opt, StrOption):
         return "name"
-    if isinstance(opt, AnyOption):
-        return 4
+    if isinstance(opt, PoolHandleOption):
+        return (0, 1)
     raise AssertionError(f"no sample for {type(opt)}")
 
 
@@ -61,7 +61,9 @@ def _invalid_value(opt):
         return 123
     if isinstance(opt, (StrOption, IntListOption, DictOption, CallableOption)):
         return 3.5 if not isinstance(opt, IntListOption) else ["a"]
-    return None  # AnyOption accepts everything
+    if isinstance(opt, PoolHandleOption):
+        return "pool"
+    raise AssertionError(f"no invalid sample for {type(opt)}")
 
 
 @pytest.mark.parametrize("path", ALL_LEAVES)

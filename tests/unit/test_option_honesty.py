@@ -16,9 +16,9 @@ import torch.distributed as dist
 import torchair_dist
 from torchair_dist import pipeline
 from torchair_dist.configs import CompilerConfig, track_option_reads
-from torchair_dist.configs.option import (AnyOption, CallableOption, ChoiceOption,
+from torchair_dist.configs.option import (CallableOption, ChoiceOption,
                                           DictOption, IntListOption, IntRangeOption, PathOption,
-                                          RegexOption, StrOption)
+                                          PoolHandleOption, RegexOption, StrOption)
 
 MODES = ("max-autotune", "npugraph_ex")
 
@@ -58,8 +58,8 @@ def non_default_value(opt, tmp_path):
         return {"k": "v"}
     if isinstance(opt, CallableOption):
         return lambda *args: None
-    if isinstance(opt, AnyOption):
-        return "1"
+    if isinstance(opt, PoolHandleOption):
+        return (0, 1)
     raise AssertionError(f"no test value for {type(opt).__name__}")
 
 

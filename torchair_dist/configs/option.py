@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from typing import Any, Callable, Iterator, Optional, Sequence, Set
+from typing import Any, Iterator, Optional, Sequence, Set
 
 from ..errors import ConfigError, ConfigPathError, ConfigTypeError
 
@@ -229,11 +229,20 @@ class CallableOption(Option):
         return "a callable or None"
 
 
-class AnyOption(Option):
-    """Any value (stored as given); used for pass-through options such as ``aicore_num``."""
+class PoolHandleOption(Option):
+    """A device graph memory pool handle: what ``torch.cuda.graph_pool_handle()`` (and
+    ``torch.npu.graph_pool_handle()``) return, a tuple of two ints; or None."""
+
+    kind = "pool handle"
+
+    def _check(self, value):
+        if (isinstance(value, tuple) and len(value) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            return value
+        raise self._bad(value, ConfigTypeError)
 
     def describe(self) -> str:
-        return "any value"
+        return "None or a graph pool handle (a tuple of two ints, e.g. torch.cuda.graph_pool_handle())"
 
 
 class PathOption(StrOption):

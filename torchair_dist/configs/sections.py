@@ -7,8 +7,9 @@ library the same way; ``DistributedConfig`` is ours.
 from __future__ import annotations
 
 from .base import ConfigBase
-from .option import (INT64_MAX, AnyOption, BoolOption, CallableOption, ChoiceOption, DictOption,
-                     IntListOption, IntRangeOption, PathOption, RegexOption, StrOption)
+from .option import (INT64_MAX, BoolOption, CallableOption, ChoiceOption, DictOption,
+                     IntListOption, IntRangeOption, PathOption, PoolHandleOption, RegexOption,
+                     StrOption)
 
 
 class GraphDumpConfig(ConfigBase):
@@ -172,14 +173,17 @@ class GeConfig(ConfigBase):
         self.oo_dead_code_elimination = BoolOption(None, "GE dead code elimination",
                                                    allow_none=True)
         self.export_compile_stat = ChoiceOption("2", ["0", "1", "2"], "GE compile statistics")
-        self.aicore_num = AnyOption(None, "AI core count for GE")
-        self.optimization_switch = AnyOption(None, "GE optimisation switches")
+        self.aicore_num = RegexOption(
+            None, r"^\d+\|\d+$", "24|48", "AI cores and vector cores GE may use ('aic|aiv')")
+        self.optimization_switch = RegexOption(
+            None, r"^[A-Za-z0-9_]+:(on|off)(;[A-Za-z0-9_]+:(on|off))*$", "ConstantFoldingPass:off",
+            "GE optimisation passes switched on/off ('Pass:on|off;...')")
         self._freeze()
 
 
 class AclGraphConfig(ConfigBase):
     def __init__(self):
-        self.use_custom_pool = AnyOption(
+        self.use_custom_pool = PoolHandleOption(
             None, "a device graph memory pool handle shared by captures (ACL modes)")
         self._freeze()
 
