@@ -4,12 +4,11 @@ import operator
 import pytest
 import torch
 import torch.fx
-from torch._functorch.aot_autograd import aot_module_simplified
-from torch._functorch.aot_autograd import make_boxed_func
 
-from torchair_dist import CompilerConfig
+import torchair_dist
+from torchair_dist import CompilerConfig, compiler
 from torchair_dist.errors import GraphValidationError
-from torchair_dist.passes.common import (collapse_view_chains, remove_noop_ops,
+from torchair_dist.passes.common import (remove_noop_ops,
                                          run_common_passes, view_to_reshape)
 from torchair_dist.passes.graph_info import mutated_input_indices, op_targets
 from torchair_dist.passes.validate import validate_graph
@@ -18,19 +17,15 @@ aten = torch.ops.aten
 
 
 def aot_graph(fn, *inputs):
-    """The AOT inference graph of ``fn`` (with node.meta['val'])."""
-    box = {}
-
-    def backend(gm, example_inputs):
-        def fw(g, ins):
-            box["gm"] = g
-            return make_boxed_func(g.forward)
-
-        return aot_module_simplified(gm, example_inputs, fw_compiler=fw,
-                                     keep_inference_input_mutations=True)
-
-    torch.compile(fn, backend=backend, fullgraph=True)(*inputs)
-    return box["gm"]
+    """The AOT inference graph of ``fn`` as our real pipeline produces it, before our passes
+    (recorded after the first AOT-pass stage, which is a no-op without a user pass)."""
+    cfg = torchair_dist.CompilerConfig()
+    cfg.mode = "npugraph_ex"
+    with compiler.record_graphs(after="custom_pre_pass") as graphs:
+        torch.compile(fn, backend=torchair_dist.get_npu_backend(compiler_config=cfg),
+                      fullgraph=True)(*inputs)
+    torch._dynamo.reset()
+    return graphs[0]
 
 
 def run(gm, *inputs):
