@@ -8,3 +8,15 @@ def _fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture(scope="module")
+def one_rank_group(tmp_path_factory):
+    """A one-rank gloo process group for the module (collectives trace and run eagerly);
+    use with ``pytestmark = pytest.mark.usefixtures("one_rank_group")``."""
+    import torch.distributed as dist
+
+    store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "s"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()

@@ -10,12 +10,12 @@ from torchair_dist import npu_stream_switch, npu_tagged_event_record, npu_tagged
 from torchair_dist.streams import api as stream_api
 
 
+pytestmark = pytest.mark.usefixtures("one_rank_group")
+
+
 @pytest.fixture(scope="module", autouse=True)
-def one_rank_group(tmp_path_factory):
-    store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "s"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+def _forget_events():
     yield
-    dist.destroy_process_group()
     stream_api._forget_tagged_events()
 
 

@@ -23,12 +23,7 @@ from torchair_dist.configs.option import (CallableOption, ChoiceOption,
 MODES = ("max-autotune", "npugraph_ex")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_rank_group(tmp_path_factory):
-    store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "s"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("one_rank_group")
 
 
 def non_default_value(opt, tmp_path):

@@ -7,12 +7,7 @@ import torchair_dist
 from torchair_dist import compiler
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_rank_group(tmp_path_factory):
-    store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "s"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("one_rank_group")
 
 
 def two_chains(x, y):
