@@ -10,7 +10,8 @@ private annotations and are not checked; any other attribute the IR does not dec
 The registry file is ``$TORCHAIR_DIST_GE_REGISTRY`` if set, else ``<repo>/../shared/
 ge_op_registry.json`` relative to this package when that exists, else the bundled
 ``ge_op_registry_subset.json`` (the IR of every op this backend emits; see registry_subset.py). The four framework ops GE defines outside the
-operator library (``Data``, ``Const``, ``NetOutput``, ``Cast``) are not in that file and are
+operator library (``Data``, ``Const``, ``NetOutput``, ``Cast``) are not in that file (``RefData`` is, with a
+required ``x`` GE feeds itself, like Data's) and are
 declared in :data:`BUILTIN_OPS` below.
 """
 from __future__ import annotations
@@ -42,6 +43,9 @@ def _port(name: str, kind: str = "required") -> dict:
 BUILTIN_OPS: Dict[str, dict] = {
     "Data": {"inputs": [_port("x", "optional")], "outputs": [_port("y")],
              "attrs": [{"name": "index", "type": "Int", "required": False}]},
+    # RefData is in the registry with a required ``x``; like Data, GE feeds it from the caller
+    "RefData": {"inputs": [_port("x", "optional")], "outputs": [_port("y")],
+                "attrs": [{"name": "index", "type": "Int", "required": False}]},
     "Const": {"inputs": [], "outputs": [_port("y")],
               "attrs": [{"name": "value", "type": "Tensor", "required": True}]},
     "NetOutput": {"inputs": [_port("x", "dynamic")], "outputs": [_port("y", "dynamic")],

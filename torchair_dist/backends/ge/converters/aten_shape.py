@@ -250,17 +250,6 @@ def _select_scatter(cx, x, src, dim, index):
     return _splice(cx, x, src, dim, index, end)
 
 
-@register([aten.index_put.default], ["IndexPutV2", "Const", "Cast"])
-def _index_put(cx, x, indices, values, accumulate=False):
-    """GE IndexPutV2, same index encoding as Index (``indexed_sizes`` marks indexed dims)."""
-    mask = [0 if t is None else 1 for t in indices]
-    given = [t for t in indices if t is not None]
-    return cx.emit1("IndexPutV2", [("x", x), ("value", cx.tensor(values, x.dtype)),
-                                   ("indexed_sizes", cx.const(mask, torch.int64)),
-                                   ("indexed_strides", cx.const([0] * len(mask), torch.int64)),
-                                   ("indices", given)], {"accumulate": bool(accumulate)}, port="x")
-
-
 # InplaceIndexAdd's var/updates dtypes; others (bfloat16) accumulate in float32
 _INDEX_ADD_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.uint8,
                      torch.int16, torch.int32, torch.int64, torch.bool}

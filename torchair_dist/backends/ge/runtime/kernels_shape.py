@@ -179,3 +179,13 @@ def _inplace_index_add(spec: OpSpec):
     if spec.port("alpha") is None:
         return lambda var, indices, updates: var.index_add(axis, indices, updates)
     return lambda var, indices, updates, alpha: var.index_add(axis, indices, updates * alpha)
+
+
+@kernel("ScatterNdUpdate")
+def _scatter_nd_update(spec: OpSpec):
+    """Writes ``var`` in place (GE's ref semantics): a RefData input is the caller's buffer;
+    converters give every other ``var`` its own copy first."""
+    def run(var, indices, updates):
+        var.index_put_(tuple(indices.to(torch.int64).unbind(-1)), updates.to(var.dtype))
+        return var
+    return run

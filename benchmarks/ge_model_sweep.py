@@ -1,0 +1,192 @@
+"""Single-process sweep: which Hugging Face decoder-only architectures run in ``max-autotune``.
+
+For every architecture transformers ships with a base tensor-parallel plan (config classes with
+a non-empty ``base_model_tp_plan`` that have a causal-LM head), a tiny random model (2 layers,
+hidden 64, 4 heads, 2 kv heads, vocab 128, 4 experts) is built and compiled with
+``torch.compile(..., backend=get_npu_backend(CompilerConfig()), fullgraph=True)`` (default mode
+``max-autotune``: GE graph on the reference executor here):
+
+  forward  the full forward on a 6-token prompt, logits vs eager (max abs diff <= 1e-4)
+  decode   prefill eagerly into a transformers ``StaticCache``, then 3 compiled one-token decode
+           steps vs the same steps eagerly on a twin cache: logits and cache contents
+
+World size 1 (tensor parallelism only adds collectives, which have converters). Usage::
+
+  python benchmarks/ge_model_sweep.py                 # every architecture
+  python benchmarks/ge_model_sweep.py llama qwen3_moe # some
+  python benchmarks/ge_model_sweep.py --list
+
+An architecture whose eager run fails is reported as ``eager-fail`` (excluded).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from typing import Dict, List, Optional, Tuple
+
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+TOL = 1e-4
+TINY = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, vocab_size=128, max_position_embeddings=64,
+            num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=32, shared_expert_intermediate_size=32, n_shared_experts=1,
+            first_k_dense_replace=1, n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=32,
+            qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, sliding_window=8,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+
+
+def architectures() -> List[str]:
+    """model_type of every config class with a base TP plan and a causal-LM model."""
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    found = []
+    for model_type in sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
+        try:
+            cls = CONFIG_MAPPING[model_type]
+        except KeyError:
+            continue
+        if getattr(cls, "base_model_tp_plan", None) and not getattr(cls, "sub_configs", None):
+            found.append(model_type)
+    return found
+
+
+def tiny_model(model_type: str):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model(model_type, **TINY)
+    torch.manual_seed(0)
+    try:
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    except ValueError:  # no SDPA path for this architecture: its eager attention
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    model.eval()
+    for p in model.parameters():  # well-scaled random weights: differences stay visible
+        torch.nn.init.normal_(p, std=0.05) if p.dim() > 1 else None
+    return cfg, model
+
+
+def _backend():
+    import torchair_dist
+    from torchair_dist import CompilerConfig
+
+    return torchair_dist.get_npu_backend(compiler_config=CompilerConfig())
+
+
+def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.float() - b.float()).abs().max().item()
+
+
+def check_forward(model) -> str:
+    ids = torch.randint(3, 128, (1, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model(ids, use_cache=False).logits
+        compiled = torch.compile(model.forward, backend=_backend(), fullgraph=True)
+        got = compiled(ids, use_cache=False).logits
+    d = _diff(expected, got)
+    return "ok" if d <= TOL else f"logits differ by {d:.2e}"
+
+
+def _cache_tensors(cache) -> List[torch.Tensor]:
+    out = []
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            t = getattr(layer, name, None)
+            if isinstance(t, torch.Tensor):
+                out.append(t)
+    return out
+
+
+def check_decode(cfg, model, steps: int = 3) -> str:
+    from transformers import StaticCache
+
+    ids = torch.randint(3, 128, (1, 4), generator=torch.Generator().manual_seed(2))
+    caches = [StaticCache(config=cfg, max_cache_len=16) for _ in range(2)]
+    with torch.no_grad():
+        for c in caches:
+            out = model(ids, past_key_values=c, use_cache=True)
+        tok = out.logits[:, -1:].argmax(-1)
+        compiled = torch.compile(model.forward, backend=_backend(), fullgraph=True)
+        tok_e = tok_c = tok
+        for i in range(steps):
+            pos = torch.tensor([ids.shape[1] + i])
+            ptrs = [t.data_ptr() for t in _cache_tensors(caches[1])]
+            le = model(tok_e, past_key_values=caches[0], cache_position=pos, use_cache=True).logits
+            lc = compiled(tok_c, past_key_values=caches[1], cache_position=pos,
+                          use_cache=True).logits
+            d = _diff(le, lc)
+            if d > TOL:
+                return f"step {i}: logits differ by {d:.2e}"
+            if ptrs != [t.data_ptr() for t in _cache_tensors(caches[1])]:
+                return f"step {i}: a cache buffer was replaced, not updated in place"
+            for a, b in zip(_cache_tensors(caches[0]), _cache_tensors(caches[1])):
+                if _diff(a, b) > TOL:
+                    return f"step {i}: cache contents differ by {_diff(a, b):.2e}"
+            tok_e, tok_c = le[:, -1:].argmax(-1), lc[:, -1:].argmax(-1)
+    return "ok"
+
+
+def _one_line(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}".replace("\n", " ")
+    marker = "no GE converter is registered for:"
+    if marker in text:  # keep the op names, drop the FX node dumps
+        import re
+
+        ops = sorted(set(re.findall(r"(\S+) \(FX node", text)))
+        text = "unsupported: " + ", ".join(ops)
+    return text[:300]
+
+
+def sweep_one(model_type: str, parts=("forward", "decode")) -> Dict[str, str]:
+    result: Dict[str, str] = {}
+    try:
+        cfg, model = tiny_model(model_type)
+        with torch.no_grad():
+            model(torch.tensor([[3, 4, 5]]), use_cache=False)
+    except Exception as e:  # noqa: BLE001 - reported, the architecture is excluded
+        return {p: f"eager-fail: {_one_line(e)}" for p in parts}
+    for part in parts:
+        torch._dynamo.reset()
+        try:
+            result[part] = check_forward(model) if part == "forward" else check_decode(cfg, model)
+        except Exception as e:  # noqa: BLE001 - every failure goes in the table
+            if os.environ.get("SWEEP_TRACEBACK"):
+                traceback.print_exc()
+            result[part] = _one_line(e)
+    return result
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("arch", nargs="*", help="model_type values (default: all)")
+    p.add_argument("--list", action="store_true", help="list the architectures and exit")
+    args = p.parse_args(argv)
+    archs = args.arch or architectures()
+    if args.list:
+        print("\n".join(archs))
+        return 0
+    rows: List[Tuple[str, Dict[str, str], float]] = []
+    for arch in archs:
+        t0 = time.perf_counter()
+        res = sweep_one(arch)
+        rows.append((arch, res, time.perf_counter() - t0))
+        print(f"{arch:24s} forward: {res['forward']:40.40s} decode: {res['decode']}", flush=True)
+    print("\n| architecture | forward | decode (StaticCache) |\n|---|---|---|")
+    for arch, res, _ in rows:
+        print(f"| {arch} | {res['forward']} | {res['decode']} |")
+    bad = [a for a, r, _ in rows if any(v != "ok" and not v.startswith("eager-fail")
+                                        for v in r.values())]
+    print(f"\n{len(rows) - len(bad)}/{len(rows)} architectures ok or excluded; failing: {bad}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
