@@ -62,6 +62,9 @@ def tiny_model(model_type: str):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = AutoConfig.for_model(model_type, **TINY)
+    if getattr(cfg, "qk_rope_head_dim", None):  # MLA: rotary over the rope part of each head,
+        cfg = AutoConfig.for_model(model_type, **{  # as many kv heads as query heads
+            **TINY, "head_dim": cfg.qk_rope_head_dim, "num_key_value_heads": TINY["num_attention_heads"]})
     torch.manual_seed(0)
     try:
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")

@@ -21,6 +21,7 @@ def r(*shape, dtype=torch.float32):
 
 
 def _moe_offsets():
+    """Cumulative rows per expert for 7 rows (expert 1 gets none)."""
     return torch.tensor([2, 2, 5, 7], dtype=torch.int32)
 
 
@@ -48,7 +49,7 @@ CASES = {
     "argmin": (lambda a: (a.argmin(-1), a.argmin(0, keepdim=True), a.argmin()), lambda: (r(4, 6),)),
     "argmax_int": (lambda a: a.argmax(1), lambda: (r(3, 5, dtype=torch.int64),)),
     "grouped_mm_bf16": (lambda x, w, o: torch._grouped_mm(x, w, offs=o),
-                        lambda: (r(8, 8, dtype=torch.bfloat16), r(4, 8, 8, dtype=torch.bfloat16),
+                        lambda: (r(7, 8, dtype=torch.bfloat16), r(4, 8, 8, dtype=torch.bfloat16),
                                  _moe_offsets())),
     # functional indexed updates (var is not a graph input: a private copy is updated)
     "index_copy_dim2": (lambda c, p, k: (c.index_copy(2, p, k), c * 1),
@@ -88,7 +89,7 @@ def test_converter_matches_eager(name):
 
 def test_grouped_mm_is_one_grouped_matmul():
     _, conv, _ = ge_roundtrip(lambda x, w, o: torch._grouped_mm(x, w, offs=o),
-                              r(8, 8, dtype=torch.bfloat16), r(4, 8, 8, dtype=torch.bfloat16),
+                              r(7, 8, dtype=torch.bfloat16), r(4, 8, 8, dtype=torch.bfloat16),
                               _moe_offsets())
     types = [op.type for op in conv.model.graph[0].op]
     assert types.count("GroupedMatmul") == 1 and "MatMulV2" not in types
@@ -99,7 +100,7 @@ def test_transformers_grouped_mm_fallback_op():
     import transformers.integrations.moe  # noqa: F401  (registers torch.ops.transformers.*)
 
     op = torch.ops.transformers.grouped_mm_fallback
-    x, w, offs = r(8, 4), r(4, 4, 3), _moe_offsets()
+    x, w, offs = r(7, 4), r(4, 4, 3), _moe_offsets()
     actual, conv, _ = ge_roundtrip(lambda a, b, c: op(a, b, c), x, w, offs)
     assert_same(op(x, w, offs), actual)
     assert "GroupedMatmul" in [o.type for o in conv.model.graph[0].op]
@@ -296,3 +297,48 @@ def test_sdpa_training_outputs_are_refused():
     q, k, v = r(1, 2, 3, 8), r(1, 2, 3, 8), r(1, 2, 3, 8)
     with pytest.raises(UnsupportedOpError, match="training/debug state"):
         _run_direct(aten._scaled_dot_product_flash_attention.default, [q, k, v], {}, 7)
+
+
+MASK_CASES = {
+    "index_put_mask_scalar_accumulate": (lambda x, m: aten.index_put(x, [m], x.new_ones(()), True),
+                                         lambda: (r(4, 3), torch.rand(4, 3) > 0.5)),
+    "index_put_mask_middle_row_value": (lambda x, m, v: aten.index_put(x, [None, m], v),
+                                        lambda: (r(2, 5, 3), torch.rand(5) > 0.5, r(3))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MASK_CASES))
+def test_boolean_mask_index_put(name):
+    fn, make_inputs = MASK_CASES[name]
+    torch.manual_seed(0)
+    inputs = make_inputs()
+    actual, conv, _ = ge_roundtrip(fn, *inputs)
+    assert_same(fn(*inputs), actual)
+    assert "IndexPutV2" not in [op.type for op in conv.model.graph[0].op]
+
+
+def test_boolean_mask_with_per_element_values_uses_nonzero():
+    fn = lambda x, m, v: aten.index_put(x, [None, m], v)  # noqa: E731
+    x, m, v = r(2, 4, 3), torch.tensor([[True, False, True], [False, False, True],
+                                        [True, True, False], [False, False, False]]), r(2, 5)
+    actual, conv, _ = ge_roundtrip(fn, x, m, v, tracing_mode="real")
+    assert_same(fn(x, m, v), actual)
+    assert {"NonZero", "IndexPutV2"} <= {op.type for op in conv.model.graph[0].op}
+
+
+def test_boolean_mask_index_gathers_through_nonzero():
+    fn = lambda x, m: (x[m], x[:, m[0]])  # noqa: E731
+    x, m = r(4, 4), torch.rand(4, 4) > 0.5
+    actual, conv, _ = ge_roundtrip(fn, x, m, tracing_mode="real")
+    assert_same(fn(x, m), actual)
+    assert "NonZero" in {op.type for op in conv.model.graph[0].op}
+
+
+def test_bool_gathers_travel_as_int8():
+    fn = lambda m, i: (m[1], m[:, -1], torch.index_select(m, 0, i))  # noqa: E731
+    m, i = torch.rand(3, 4) > 0.5, torch.tensor([2, 0])
+    actual, conv, _ = ge_roundtrip(fn, m, i)
+    assert_same(fn(m, i), actual)
+    gathers = [op for op in conv.model.graph[0].op if op.type == "GatherV2"]
+    assert gathers and all(op.input_desc[0].dtype != conv.model.graph[0].op[0].output_desc[0].dtype
+                           for op in gathers)

@@ -21,6 +21,7 @@ import torch
 
 from ....errors import UnsupportedOpError
 from ..builder import TensorRef
+from .aten_shape import int_indices
 from .registry import register
 
 aten = torch.ops.aten
@@ -150,11 +151,13 @@ def _index_copy(cx, x, dim, index, source):
     return _scatter(cx, x, _coords(cx, parts, grid), source)
 
 
-@register([aten.index_put.default], _EMITS + ["IndexPutV2"])
+@register([aten.index_put.default], _EMITS + ["IndexPutV2", "NonZero", "Unpack"])
 def _index_put(cx, x, indices, values, accumulate=False):
     """1-D integer indices on consecutive dims: ScatterNdUpdate; otherwise (boolean masks,
     multi-dim or scattered indices, accumulation) GE ``IndexPutV2``, whose ``indexed_sizes``
     marks the indexed dims as in ``Index``."""
+    if any(t is not None and t.dtype == torch.bool for t in indices):
+        return _index_put_mask(cx, x, indices, values, accumulate)
     if accumulate or _index_put_pattern(cx.node) is None:
         return _index_put_v2(cx, x, indices, values, accumulate)
     d = _index_put_pattern(cx.node)
@@ -172,9 +175,46 @@ def _index_put(cx, x, indices, values, accumulate=False):
     return _scatter(cx, x, _coords(cx, parts, grid), upd)
 
 
+def _index_put_mask(cx, x, indices, values, accumulate):
+    """``x[..., mask] = v`` (one boolean index; GE's index inputs are int64): with ``v``
+    broadcast over the selected elements this is ``SelectV2(mask, v, x)`` (``x + where(mask,
+    v, 0)`` when accumulating: a mask selects each element at most once)."""
+    given = [(i, t) for i, t in enumerate(indices) if t is not None]
+    rank = len(x.shape)
+    if len(given) != 1:
+        raise UnsupportedOpError(f"%{cx.node.name}: index_put mixing a boolean mask with other "
+                                 f"indices has no GE lowering")
+    d, mask = given[0]
+    k = len(mask.shape)
+    trailing = rank - d - k
+    v_rank = len(values.shape) if isinstance(values, TensorRef) else 0
+    if v_rank > trailing and any(s != 1 for s in values.shape[:v_rank - trailing]):
+        return _index_put_nonzero(cx, x, d, mask, values, accumulate)
+    if v_rank > trailing:
+        values = cx.reshape(values, list(values.shape[v_rank - trailing:]),
+                            tuple(values.shape[v_rank - trailing:]))
+    shape = [1] * d + list(mask.shape) + [1] * trailing
+    cond = cx.reshape(mask, [1] * d + [cx.dim(mask, i) for i in range(k)] + [1] * trailing,
+                      tuple(shape))
+    value = cx.tensor(values, x.dtype)
+    if accumulate:
+        zero = cx.const(0, x.dtype)
+        picked = cx.emit1("SelectV2", [("condition", cond), ("then", value), ("else", zero)], None,
+                          (x.dtype, x.shape), port="result")
+        return cx.emit1("Add", [("x1", x), ("x2", picked)], None, (x.dtype, x.shape))
+    return cx.emit1("SelectV2", [("condition", cond), ("then", value), ("else", x)], None,
+                    (x.dtype, x.shape), port="result")
+
+
+def _index_put_nonzero(cx, x, d, mask, values, accumulate):
+    """One value per selected element: the mask's coordinates (``NonZero``, transposed to one
+    row per mask dim, a data-dependent count) become int64 index tensors for IndexPutV2."""
+    return _index_put_v2(cx, x, int_indices(cx, [None] * d + [mask]), values, accumulate)
+
+
 def _index_put_v2(cx, x, indices, values, accumulate):
     mask = [0 if t is None else 1 for t in indices]
-    given = [t for t in indices if t is not None]
+    given = [cx.cast(t, torch.int64) for t in indices if t is not None]
     return cx.emit1("IndexPutV2", [("x", x), ("value", cx.tensor(values, x.dtype)),
                                    ("indexed_sizes", cx.const(mask, torch.int64)),
                                    ("indexed_strides", cx.const([0] * len(mask), torch.int64)),

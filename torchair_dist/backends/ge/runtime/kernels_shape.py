@@ -111,13 +111,16 @@ def _split_v(spec: OpSpec):
         s = list(sizes if sizes is not None else ints(size_splits))
         if -1 in s:
             s[s.index(-1)] = x.shape[d] - (sum(s) + 1)
-        return tuple(torch.split(x, s, d))
+        parts = torch.split(x, s, d)
+        return parts[0] if len(parts) == 1 else tuple(parts)
     return run
 
 
 @kernel("Unpack")
 def _unpack(spec: OpSpec):
     axis = spec.attr("axis", 0)
+    if len(spec.outputs) == 1:  # one output: the generated code expects a tensor, not a tuple
+        return lambda x: x.select(axis, 0)
     return lambda x: tuple(torch.unbind(x, axis))
 
 
@@ -188,4 +191,14 @@ def _scatter_nd_update(spec: OpSpec):
     def run(var, indices, updates):
         var.index_put_(tuple(indices.to(torch.int64).unbind(-1)), updates.to(var.dtype))
         return var
+    return run
+
+
+@kernel("NonZero")
+def _nonzero(spec: OpSpec):
+    transpose, dtype = bool(spec.attr("transpose", False)), torch_dtype(spec.attr("dtype", 9))
+
+    def run(x):
+        y = torch.nonzero(x)
+        return (y.t() if transpose else y).contiguous().to(dtype)
     return run
