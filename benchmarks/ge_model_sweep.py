@@ -8,7 +8,9 @@ hidden 64, 4 heads, 2 kv heads, vocab 128, 4 experts) is built and compiled with
 
   forward  the full forward on a 6-token prompt, logits vs eager (max abs diff <= 1e-4)
   decode   prefill eagerly into a transformers ``StaticCache``, then 3 compiled one-token decode
-           steps vs the same steps eagerly on a twin cache: logits and cache contents
+           steps vs the same steps eagerly on a twin cache: logits and cache contents, the
+           cache buffers kept (same data_ptr) and, in the GE graph, every cache buffer a
+           RefData input written in place by ScatterNdUpdate (no copy of the cache)
 
 World size 1 (tensor parallelism only adds collectives, which have converters). Usage::
 
@@ -108,14 +110,66 @@ def _cache_tensors(cache) -> List[torch.Tensor]:
     return out
 
 
+class _Recorder:
+    """Records every GE graph the backend converts (to check how the cache is updated)."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __enter__(self):
+        import torchair_dist.backends.ge as ge
+
+        self._ge, self._orig = ge, ge.convert_graph
+
+        def record(*args, **kwargs):
+            converted = self._orig(*args, **kwargs)
+            self.graphs.append(converted)
+            return converted
+        ge.convert_graph = record
+        return self
+
+    def __exit__(self, *exc):
+        self._ge.convert_graph = self._orig
+
+
+def _in_place_problem(graphs, n_cache: int) -> Optional[str]:
+    """None when the decode graph updates every cache buffer in place (RefData written by
+    ScatterNdUpdate, no copy-back), else what is wrong."""
+    if not graphs:
+        return "no GE graph was compiled"
+    ops = list(graphs[-1].model.graph[0].op)
+    ref = {op.name for op in ops if op.type == "RefData"}
+    written = {op.input[0].rpartition(":")[0] for op in ops if op.type == "ScatterNdUpdate"}
+    if len(ref) != n_cache or not ref <= written:
+        return (f"cache not updated in place: {len(ref)} RefData inputs "
+                f"({len(ref & written)} written by ScatterNdUpdate) for {n_cache} cache buffers")
+    return None
+
+
 def check_decode(cfg, model, steps: int = 3) -> str:
+    with _Recorder() as rec:
+        result, n_cache = _decode(cfg, model, steps)
+    if result != "ok":
+        return result
+    return _in_place_problem(rec.graphs, n_cache) or "ok"
+
+
+def _decode(cfg, model, steps: int) -> Tuple[str, int]:
+    """(verdict, number of cache buffers)."""
     from transformers import StaticCache
 
     ids = torch.randint(3, 128, (1, 4), generator=torch.Generator().manual_seed(2))
-    caches = [StaticCache(config=cfg, max_cache_len=16) for _ in range(2)]
+    try:  # the static cache and an eager prefill must work for the architecture at all
+        caches = [StaticCache(config=cfg, max_cache_len=16) for _ in range(2)]
+        with torch.no_grad():
+            for c in caches:
+                out = model(ids, past_key_values=c, use_cache=True)
+            model(out.logits[:, -1:].argmax(-1), past_key_values=StaticCache(
+                config=cfg, max_cache_len=16), cache_position=torch.tensor([0]), use_cache=True)
+    except Exception as e:  # noqa: BLE001 - reported as an exclusion
+        return f"eager-fail: {_one_line(e)}", 0
+    n_cache = len(_cache_tensors(caches[1]))
     with torch.no_grad():
-        for c in caches:
-            out = model(ids, past_key_values=c, use_cache=True)
         tok = out.logits[:, -1:].argmax(-1)
         compiled = torch.compile(model.forward, backend=_backend(), fullgraph=True)
         tok_e = tok_c = tok
@@ -127,17 +181,20 @@ def check_decode(cfg, model, steps: int = 3) -> str:
                           use_cache=True).logits
             d = _diff(le, lc)
             if d > TOL:
-                return f"step {i}: logits differ by {d:.2e}"
+                return f"step {i}: logits differ by {d:.2e}", n_cache
             if ptrs != [t.data_ptr() for t in _cache_tensors(caches[1])]:
-                return f"step {i}: a cache buffer was replaced, not updated in place"
+                return f"step {i}: a cache buffer was replaced, not updated in place", n_cache
             for a, b in zip(_cache_tensors(caches[0]), _cache_tensors(caches[1])):
                 if _diff(a, b) > TOL:
-                    return f"step {i}: cache contents differ by {_diff(a, b):.2e}"
+                    return f"step {i}: cache contents differ by {_diff(a, b):.2e}", n_cache
             tok_e, tok_c = le[:, -1:].argmax(-1), lc[:, -1:].argmax(-1)
-    return "ok"
+    return "ok", n_cache
 
 
 def _one_line(e: BaseException) -> str:
+    while getattr(e, "inner_exception", None) is not None or (
+            e.__cause__ is not None and "BackendCompilerFailed" in type(e).__name__):
+        e = getattr(e, "inner_exception", None) or e.__cause__
     text = f"{type(e).__name__}: {e}".replace("\n", " ")
     marker = "no GE converter is registered for:"
     if marker in text:  # keep the op names, drop the FX node dumps

@@ -342,3 +342,29 @@ def test_bool_gathers_travel_as_int8():
     gathers = [op for op in conv.model.graph[0].op if op.type == "GatherV2"]
     assert gathers and all(op.input_desc[0].dtype != conv.model.graph[0].op[0].output_desc[0].dtype
                            for op in gathers)
+
+
+def _complex_rope(x, angle):
+    """Rotary embedding as DeepSeek-V2 writes it: complex multiply, back to real pairs."""
+    freqs = torch.polar(torch.ones_like(angle), angle)
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(xc * freqs).flatten(-2).to(x.dtype)
+
+
+EXTRA_CASES = {
+    "softplus": (lambda a: (F.softplus(a), F.softplus(a, beta=2.0, threshold=1.0)), lambda: (r(4, 5),)),
+    "softplus_bf16": (lambda a: F.softplus(a), lambda: (r(6, dtype=torch.bfloat16),)),
+    "complex_rope": (_complex_rope, lambda: (r(2, 3, 8), r(3, 4))),
+    "repeat": (lambda a: (a.repeat(2, 1), a.repeat(3, 1, 2)), lambda: (r(2, 3),)),
+    "repeat_bool": (lambda m: m.repeat(1, 2), lambda: (torch.rand(2, 3) > 0.5,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXTRA_CASES))
+def test_extra_converter_matches_eager(name):
+    fn, make_inputs = EXTRA_CASES[name]
+    torch.manual_seed(0)
+    inputs = make_inputs()
+    actual, _, _ = ge_roundtrip(fn, *inputs)
+    assert_same(fn(*inputs), actual, rtol=1e-2 if "bf16" in name else 1e-5,
+                atol=1e-2 if "bf16" in name else 1e-5)

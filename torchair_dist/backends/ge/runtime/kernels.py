@@ -280,3 +280,20 @@ def _grouped_matmul(spec: OpSpec):
             start = end
         return out
     return run
+
+
+@kernel("SoftplusV2")
+def _softplus(spec: OpSpec):
+    beta, threshold = spec.attr("beta", 1.0), spec.attr("threshold", 20.0)
+    return lambda x: torch.nn.functional.softplus(x, beta, threshold)
+
+
+@kernel("Complex")
+def _complex(spec: OpSpec):
+    return torch.complex
+
+
+@kernel("Real", "Imag")
+def _real_imag(spec: OpSpec):
+    part = "real" if spec.type == "Real" else "imag"
+    return lambda z: getattr(z, part).clone()

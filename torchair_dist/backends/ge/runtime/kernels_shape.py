@@ -202,3 +202,11 @@ def _nonzero(spec: OpSpec):
         y = torch.nonzero(x)
         return (y.t() if transpose else y).contiguous().to(dtype)
     return run
+
+
+@kernel("Tile")
+def _tile(spec: OpSpec):
+    multiples = spec.const_ints("multiples")
+    if multiples is not None:
+        return lambda x, _m: x.repeat(multiples)
+    return lambda x, m: x.repeat(ints(m))
