@@ -357,6 +357,17 @@ EXTRA_CASES = {
     "complex_rope": (_complex_rope, lambda: (r(2, 3, 8), r(3, 4))),
     "repeat": (lambda a: (a.repeat(2, 1), a.repeat(3, 1, 2)), lambda: (r(2, 3),)),
     "repeat_bool": (lambda m: m.repeat(1, 2), lambda: (torch.rand(2, 3) > 0.5,)),
+    "safe_softmax": (lambda a: aten._safe_softmax(a, -1),
+                     lambda: (torch.tensor([[1.0, 2.0, 0.5], [float("-inf")] * 3]),)),
+    "logsumexp": (lambda a: (torch.logsumexp(a, -1), torch.logsumexp(a, [0, 1], keepdim=True)),
+                  lambda: (r(3, 4),)),
+    "log_sigmoid": (lambda a: F.logsigmoid(a), lambda: (r(3, 4),)),
+    "constant_pad": (lambda a: (F.pad(a, (2, 1)), F.pad(a, (0, 0, 1, 0), value=3.0)), lambda: (r(2, 3, 4),)),
+    "causal_conv1d_depthwise": (lambda x, w, b: F.conv1d(F.pad(x, (3, 0)), w, b, groups=4),
+                                lambda: (r(2, 4, 6), r(4, 1, 4), r(4))),
+    "conv1d_padding_stride": (lambda x, w: F.conv1d(x, w, None, stride=2, padding=1),
+                              lambda: (r(1, 3, 9), r(5, 3, 3))),
+    "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1), lambda: (r(1, 2, 5, 5), r(3, 2, 3, 3), r(3))),
 }
 
 

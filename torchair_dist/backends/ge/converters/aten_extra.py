@@ -77,3 +77,97 @@ def _repeat(cx, x, repeats):
     y = cx.emit1("Tile", [("x", cx.cast(x, work)), ("multiples", cx.int_list(list(repeats)))], None,
                  (work, shape))
     return cx.cast(y, dtype)
+
+
+@register([aten._safe_softmax.default], ["SoftmaxV2", "Equal", "ReduceAll", "SelectV2", "Cast",
+                                         "Const"])
+def _safe_softmax(cx, x, dim, dtype=None):
+    """softmax, with rows that are all -inf giving zeros instead of NaN (SDPA's masked rows)."""
+    out_dtype, shape = cx.out()
+    x = cx.cast(x, out_dtype)
+    rank = len(shape)
+    d = dim % rank
+    y = cx.emit1("SoftmaxV2", [("x", x)], {"axes": [d]}, (out_dtype, shape))
+    masked = cx.emit1("Equal", [("x1", x), ("x2", cx.const(float("-inf"), out_dtype))], None,
+                      (torch.bool, shape))
+    kept = tuple(1 if i == d else s for i, s in enumerate(shape))
+    empty = cx.emit1("ReduceAll", [("x", masked), ("axes", cx.const([d], torch.int64))],
+                     {"keep_dims": True}, (torch.bool, kept))
+    return cx.emit1("SelectV2", [("condition", empty), ("then", cx.const(0.0, out_dtype)),
+                                 ("else", y)], None, (out_dtype, shape), port="result")
+
+
+@register([aten.logsumexp.default], ["ReduceLogSumExp", "Cast", "Const"])
+def _logsumexp(cx, x, dim, keepdim=False):
+    dtype = cx.out_dtype
+    rank = len(x.shape)
+    axes = [d % rank for d in dim] if dim else list(range(rank))
+    return cx.emit1("ReduceLogSumExp", [("x", cx.cast(x, dtype)),
+                                        ("axes", cx.const(axes, torch.int64))],
+                    {"keep_dims": bool(keepdim)})
+
+
+@register([aten.log_sigmoid_forward.default], ["LogSigmoid", "Cast"])
+def _log_sigmoid_forward(cx, x):
+    """(log(sigmoid(x)), buffer): the buffer is a backward-only workspace, refused if read."""
+    from .aten_attention import _uses_output
+    from ....errors import UnsupportedOpError
+
+    if _uses_output(cx.node, 1):
+        raise UnsupportedOpError(f"%{cx.node.name}: the log_sigmoid buffer has no GE lowering")
+    dtype, shape = cx.out(0)
+    xf, work = x, dtype if dtype in _F32_F16 else torch.float32
+    y = cx.emit1("LogSigmoid", [("x", cx.cast(xf, work))], None, (work, shape))
+    return [cx.cast(y, dtype), None]
+
+
+@register([aten.constant_pad_nd.default], ["PadV3", "Const", "Cast"])
+def _constant_pad_nd(cx, x, pad, value=0):
+    """PadV3 ``constant``; torch lists (before, after) from the last dim backwards, PadV3 one
+    contiguous (before, after) pair per dim from the first."""
+    from ....errors import UnsupportedOpError
+
+    if any(not isinstance(p, int) or p < 0 for p in pad):
+        raise UnsupportedOpError(f"%{cx.node.name}: constant_pad_nd with negative or symbolic "
+                                 f"pads {list(pad)} has no GE lowering")
+    rank = len(x.shape)
+    pairs = [[0, 0] for _ in range(rank)]
+    for i in range(len(pad) // 2):
+        pairs[rank - 1 - i] = [pad[2 * i], pad[2 * i + 1]]
+    flat = [p for pair in pairs for p in pair]
+    return cx.emit1("PadV3", [("x", x), ("paddings", cx.const(flat, torch.int64)),
+                              ("constant_values", cx.tensor(value, x.dtype))],
+                    {"mode": "constant", "paddings_contiguous": True})
+
+
+@register([aten.convolution.default], ["Conv2D", "Reshape", "Add", "Cast", "Const", "Pack"])
+def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, output_padding,
+                 groups):
+    """1-D and 2-D convolutions (Mamba-style causal depthwise conv1d) as NCHW Conv2D; a 1-D
+    one runs with H = 1. The bias is added after (Conv2D's bias input has no bf16)."""
+    from ....errors import UnsupportedOpError
+
+    rank = len(x.shape)
+    if transposed or rank not in (3, 4):
+        raise UnsupportedOpError(f"%{cx.node.name}: only 1-D/2-D forward convolutions have a GE "
+                                 f"lowering")
+    dtype, shape = cx.out()
+    if rank == 3:
+        x = cx.reshape(x, [cx.dim(x, 0), x.shape[1], 1, cx.dim(x, 2)],
+                       (x.shape[0], x.shape[1], 1, x.shape[2]))
+        weight = cx.reshape(weight, [weight.shape[0], weight.shape[1], 1, weight.shape[2]],
+                            (weight.shape[0], weight.shape[1], 1, weight.shape[2]))
+        stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
+    out4 = tuple(shape) if rank == 4 else (shape[0], shape[1], 1, shape[2])
+    y = cx.emit1("Conv2D", [("x", x), ("filter", cx.cast(weight, x.dtype))],
+                 {"strides": [1, 1, *stride], "pads": [padding[0], padding[0], padding[1],
+                                                       padding[1]],
+                  "dilations": [1, 1, *dilation], "groups": int(groups), "data_format": "NCHW"},
+                 (x.dtype, out4))
+    if rank == 3:
+        y = cx.reshape(y, [cx.dim(y, 0), shape[1], cx.dim(y, 3)], tuple(shape))
+    if bias is not None:
+        b = cx.reshape(bias, [bias.shape[0]] + [1] * (len(shape) - 2),
+                       (bias.shape[0],) + (1,) * (len(shape) - 2))
+        y = cx.emit1("Add", [("x1", y), ("x2", cx.cast(b, y.dtype))], None, (y.dtype, tuple(shape)))
+    return cx.cast(y, dtype)

@@ -297,3 +297,27 @@ def _complex(spec: OpSpec):
 def _real_imag(spec: OpSpec):
     part = "real" if spec.type == "Real" else "imag"
     return lambda z: getattr(z, part).clone()
+
+
+@kernel("ReduceLogSumExp")
+def _reduce_logsumexp(spec: OpSpec):
+    keep = bool(spec.attr("keep_dims", False))
+    return lambda x, axes: torch.logsumexp(x, ints(axes), keep)
+
+
+@kernel("LogSigmoid")
+def _log_sigmoid(spec: OpSpec):
+    return torch.nn.functional.logsigmoid
+
+
+@kernel("Conv2D")
+def _conv2d(spec: OpSpec):
+    if spec.attr("data_format", "NHWC") != "NCHW" or spec.port("bias") is not None:
+        raise GeRuntimeError(f"Conv2D {spec.name!r}: only NCHW without a bias input is implemented")
+    top, bottom, left, right = spec.attr("pads")
+    if top != bottom or left != right:
+        raise GeRuntimeError(f"Conv2D {spec.name!r}: asymmetric pads {spec.attr('pads')}")
+    stride, dilation = spec.attr("strides")[2:], spec.attr("dilations", [1, 1, 1, 1])[2:]
+    groups = spec.attr("groups", 1)
+    return lambda x, w: torch.nn.functional.conv2d(x, w, None, stride, (top, left), dilation,
+                                                   groups)

@@ -210,3 +210,19 @@ def _tile(spec: OpSpec):
     if multiples is not None:
         return lambda x, _m: x.repeat(multiples)
     return lambda x, m: x.repeat(ints(m))
+
+
+@kernel("PadV3")
+def _pad_v3(spec: OpSpec):
+    if spec.attr("mode", "constant") != "constant" or not spec.attr("paddings_contiguous", True):
+        raise GeRuntimeError(f"PadV3 {spec.name!r}: only contiguous constant padding")
+    flat = spec.const_ints("paddings")
+
+    def run(x, paddings, value=None):
+        pairs = list(flat if flat is not None else ints(paddings))
+        torch_pad = []
+        for i in range(len(pairs) // 2 - 1, -1, -1):
+            torch_pad += [pairs[2 * i], pairs[2 * i + 1]]
+        fill = 0 if value is None else value.item()
+        return torch.nn.functional.pad(x, torch_pad, value=fill)
+    return run
