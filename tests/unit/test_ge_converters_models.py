@@ -367,6 +367,9 @@ EXTRA_CASES = {
                                 lambda: (r(2, 4, 6), r(4, 1, 4), r(4))),
     "conv1d_padding_stride": (lambda x, w: F.conv1d(x, w, None, stride=2, padding=1),
                               lambda: (r(1, 3, 9), r(5, 3, 3))),
+    "scatter_bool_mask": (lambda m, i: m.scatter(-1, i, True), lambda: (torch.zeros(3, 5, dtype=torch.bool),
+                                                                        torch.tensor([[0], [4], [2]]))),
+    "tril_bool": (lambda m: (m.tril(), m.triu(1)), lambda: (torch.ones(4, 4, dtype=torch.bool),)),
     "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1), lambda: (r(1, 2, 5, 5), r(3, 2, 3, 3), r(3))),
 }
 

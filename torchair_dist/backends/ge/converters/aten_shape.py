@@ -207,14 +207,21 @@ def _index(cx, x, indices: Sequence[Any]):
                               ("indices", given)])
 
 
-@register([aten.triu.default], ["Triu"])
+def _tri(cx, ge_type, x, diagonal):
+    """Triu/Tril (bool, outside the IR's BasicType, travels as int8 and back)."""
+    work = torch.int8 if x.dtype == torch.bool else x.dtype
+    y = cx.emit1(ge_type, [("x", cx.cast(x, work))], {"diagonal": int(diagonal)}, (work, x.shape))
+    return cx.cast(y, x.dtype)
+
+
+@register([aten.triu.default], ["Triu", "Cast"])
 def _triu(cx, x, diagonal=0):
-    return cx.emit1("Triu", [("x", x)], {"diagonal": int(diagonal)})
+    return _tri(cx, "Triu", x, diagonal)
 
 
-@register([aten.tril.default], ["Tril"])
+@register([aten.tril.default], ["Tril", "Cast"])
 def _tril(cx, x, diagonal=0):
-    return cx.emit1("Tril", [("x", x)], {"diagonal": int(diagonal)})
+    return _tri(cx, "Tril", x, diagonal)
 
 
 def _slice_dim(cx, x: TensorRef, dim: int, start: Any, end: Any) -> TensorRef:

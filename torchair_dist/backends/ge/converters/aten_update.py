@@ -70,8 +70,9 @@ def plan_inplace(gm: torch.fx.GraphModule) -> Dict[torch.fx.Node, torch.fx.Node]
                    UPDATE_TARGETS and u.args[0] is node]
         copies = [u for u in node.users if u.op == "call_function" and
                   u.target is aten.copy_.default and u.args[0] is node]
+        val = node.meta.get("val")
         if (len(updates) == 1 and len(copies) == 1 and copies[0].args[1] is updates[0]
-                and expressible(updates[0])):
+                and expressible(updates[0]) and getattr(val, "dtype", None) != torch.bool):
             plan[node] = updates[0]
     return plan
 
@@ -123,6 +124,8 @@ def _var(cx, x: TensorRef) -> TensorRef:
     if x.op in cx.ref_data and cx.ref_data[x.op] is cx.node:
         cx.inplace_done.add(x.op)
         return x
+    if x.dtype == torch.bool:  # outside ScatterNdUpdate's BasicType: updated as int8
+        return cx.cast(x, torch.int8)
     if x.dtype in _MOVE_DTYPES:
         return cx.emit1("TensorMove", [("x", x)], None, (x.dtype, x.shape))
     return cx.cast(x, torch.float32)  # a fresh buffer; cast back after the update
