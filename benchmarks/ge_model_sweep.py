@@ -18,7 +18,8 @@ World size 1 (tensor parallelism only adds collectives, which have converters). 
   python benchmarks/ge_model_sweep.py llama qwen3_moe # some
   python benchmarks/ge_model_sweep.py --list
 
-An architecture whose eager run fails is reported as ``eager-fail`` (excluded).
+An architecture whose eager run fails is reported as ``eager-fail``, one that also fails with
+``torch.compile(backend="eager")`` (Dynamo alone) as ``dynamo-fail``: both are excluded.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 TOL = 1e-4
+EXCLUDED = ("eager-fail", "dynamo-fail")  # the architecture's or torch.compile's, not ours
 TINY = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, vocab_size=128, max_position_embeddings=64,
             num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2,
@@ -84,11 +86,30 @@ def tiny_model(model_type: str):
     return cfg, model
 
 
+_DYNAMO_ONLY = []  # set while re-checking a failure with torch.compile(backend="eager")
+
+
 def _backend():
+    if _DYNAMO_ONLY:
+        return "eager"
     import torchair_dist
     from torchair_dist import CompilerConfig
 
     return torchair_dist.get_npu_backend(compiler_config=CompilerConfig())
+
+
+def _dynamo_fails(check, *args) -> Optional[str]:
+    """The failure of ``check`` with Dynamo alone (backend "eager"), None if that works: a
+    failure there is the model's or torch.compile's, not the GE backend's."""
+    _DYNAMO_ONLY.append(True)
+    torch._dynamo.reset()
+    try:
+        check(*args)
+        return None
+    except Exception as e:  # noqa: BLE001
+        return _one_line(e)
+    finally:
+        _DYNAMO_ONLY.clear()
 
 
 def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -220,12 +241,16 @@ def sweep_one(model_type: str, parts=("forward", "decode")) -> Dict[str, str]:
         return {p: f"eager-fail: {_one_line(e)}" for p in parts}
     for part in parts:
         torch._dynamo.reset()
+        check, args = (check_forward, (model,)) if part == "forward" else (_decode, (cfg, model, 1))
         try:
             result[part] = check_forward(model) if part == "forward" else check_decode(cfg, model)
         except Exception as e:  # noqa: BLE001 - every failure goes in the table
             if os.environ.get("SWEEP_TRACEBACK"):
                 traceback.print_exc()
             result[part] = _one_line(e)
+            dynamo = _dynamo_fails(check, *args)
+            if dynamo is not None:
+                result[part] = f"dynamo-fail: {dynamo}"
     return result
 
 
@@ -247,7 +272,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print("\n| architecture | forward | decode (StaticCache) |\n|---|---|---|")
     for arch, res, _ in rows:
         print(f"| {arch} | {res['forward']} | {res['decode']} |")
-    bad = [a for a, r, _ in rows if any(v != "ok" and not v.startswith("eager-fail")
+    bad = [a for a, r, _ in rows if any(v != "ok" and not v.startswith(EXCLUDED)
                                         for v in r.values())]
     print(f"\n{len(rows) - len(bad)}/{len(rows)} architectures ok or excluded; failing: {bad}")
     return 1 if bad else 0

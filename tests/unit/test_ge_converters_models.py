@@ -370,6 +370,9 @@ EXTRA_CASES = {
     "scatter_bool_mask": (lambda m, i: m.scatter(-1, i, True), lambda: (torch.zeros(3, 5, dtype=torch.bool),
                                                                         torch.tensor([[0], [4], [2]]))),
     "tril_bool": (lambda m: (m.tril(), m.triu(1)), lambda: (torch.ones(4, 4, dtype=torch.bool),)),
+    "clamp_tensor": (lambda a, lo, hi: (torch.clamp(a, lo, hi), torch.clamp(a, min=lo),
+                                        torch.clamp_min(a, 0.1), torch.clamp_max(a, hi)),
+                     lambda: (r(3, 4), r(4) - 1, r(3, 1) + 1)),
     "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1), lambda: (r(1, 2, 5, 5), r(3, 2, 3, 3), r(3))),
 }
 

@@ -21,9 +21,9 @@ ARCHS = ge_model_sweep.architectures() if os.environ.get("TORCHAIR_DIST_GE_SWEEP
 @pytest.mark.parametrize("arch", ARCHS)
 def test_architecture_forward_and_decode_match_eager(arch):
     result = ge_model_sweep.sweep_one(arch)
-    if all(v.startswith("eager-fail") for v in result.values()):
-        pytest.skip(f"{arch} does not run eagerly from a tiny config: {result['forward']}")
-    assert result == {"forward": "ok", "decode": "ok"}, result
+    if all(v.startswith(ge_model_sweep.EXCLUDED) for v in result.values()):
+        pytest.skip(f"{arch} does not run eagerly / under Dynamo from a tiny config: {result}")
+    assert all(v == "ok" or v.startswith(ge_model_sweep.EXCLUDED) for v in result.values()), result
 
 
 def test_the_sweep_covers_at_least_20_architectures_with_a_tp_plan():
