@@ -385,3 +385,28 @@ def test_extra_converter_matches_eager(name):
     actual, _, _ = ge_roundtrip(fn, *inputs)
     assert_same(fn(*inputs), actual, rtol=1e-2 if "bf16" in name else 1e-5,
                 atol=1e-2 if "bf16" in name else 1e-5)
+
+
+@pytest.mark.parametrize("how", ["index_put", "scatter"])
+def test_other_cache_updates_are_in_place_too(how):
+    """transformers' fallback ``keys[:, :, pos] = k`` (index_put) and a scatter into an input
+    also become RefData + ScatterNdUpdate, with no copy-back."""
+    def fn(cache, pos, k):
+        if how == "index_put":
+            cache[:, pos] = k
+        else:
+            cache.scatter_(1, pos.expand(cache.shape[0], -1), k)
+        return cache.sum(-1)
+
+    torch.manual_seed(0)
+    cache, pos, k = r(2, 6), torch.tensor([4, 1]), r(2, 2)
+    e_cache = cache.clone()
+    expected = fn(e_cache, pos, k)
+    captured = []
+    ptr = cache.data_ptr()
+    with torch.no_grad():
+        out = _aot_convert(fn, None, captured)(cache, pos, k)
+    assert_same(expected, out)
+    assert torch.equal(cache, e_cache) and cache.data_ptr() == ptr
+    types = [op.type for op in captured[-1].model.graph[0].op]
+    assert "RefData" in types and "ScatterNdUpdate" in types and not captured[-1].mutations
