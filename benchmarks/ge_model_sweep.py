@@ -74,6 +74,15 @@ def tiny_model(model_type: str):
     if getattr(cfg, "qk_rope_head_dim", None):  # MLA: rotary over the rope part of each head,
         cfg = AutoConfig.for_model(model_type, **{  # as many kv heads as query heads
             **TINY, "head_dim": cfg.qk_rope_head_dim, "num_key_value_heads": TINY["num_attention_heads"]})
+    types = list(getattr(cfg, "layer_types", None) or [])
+    if types and not any(t in ("full_attention", "sliding_attention", "attention") for t in types):
+        try:  # hybrid (linear attention / SSM) models: make the 2nd layer an attention layer
+            cfg = AutoConfig.for_model(model_type, **{
+                **TINY, "layer_types": [types[0], "full_attention"], "attn_layer_indices": [1],
+                "attn_layer_period": 2, "attn_layer_offset": 1,
+                **{k: getattr(cfg, k) for k in ("head_dim", "num_key_value_heads")}})
+        except Exception:  # noqa: BLE001 - keep the all-linear tiny config
+            pass
     torch.manual_seed(0)
     try:
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")

@@ -373,6 +373,7 @@ EXTRA_CASES = {
     "clamp_tensor": (lambda a, lo, hi: (torch.clamp(a, lo, hi), torch.clamp(a, min=lo),
                                         torch.clamp_min(a, 0.1), torch.clamp_max(a, hi)),
                      lambda: (r(3, 4), r(4) - 1, r(3, 1) + 1)),
+    "eye": (lambda a: (a @ torch.eye(4), torch.eye(2, 3, dtype=torch.int64) + 1), lambda: (r(3, 4),)),
     "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1), lambda: (r(1, 2, 5, 5), r(3, 2, 3, 3), r(3))),
 }
 

@@ -171,3 +171,13 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
                        (bias.shape[0],) + (1,) * (len(shape) - 2))
         y = cx.emit1("Add", [("x1", y), ("x2", cx.cast(b, y.dtype))], None, (y.dtype, tuple(shape)))
     return cx.cast(y, dtype)
+
+
+@register([aten.eye.default, aten.eye.m], ["Const"])
+def _eye(cx, n, m=None, **_):
+    """An identity matrix of static size is a constant."""
+    from ....errors import UnsupportedOpError
+
+    if not isinstance(n, int) or not isinstance(m if m is not None else n, int):
+        raise UnsupportedOpError(f"%{cx.node.name}: eye with a symbolic size has no GE lowering")
+    return cx.const(torch.eye(n, n if m is None else m, dtype=cx.out_dtype))
