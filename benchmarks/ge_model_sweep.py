@@ -43,7 +43,7 @@ TINY = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_atte
             moe_intermediate_size=32, shared_expert_intermediate_size=32, n_shared_experts=1,
             first_k_dense_replace=1, n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=32,
             qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, sliding_window=8,
-            rotary_dim=8, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            rotary_dim=8, num_kv_shared_layers=0, pad_token_id=0, bos_token_id=1, eos_token_id=2,
             tie_word_embeddings=False)
 
 
