@@ -44,7 +44,11 @@ def parse_args(argv=None):
                    help="decode passes per variant (latency = median over all steps)")
     p.add_argument("--no-emulate-capture", action="store_true",
                    help="on CPU, run the ACL modes without the capture stand-in")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.cache_dir:
+        p.error("--cache-dir is not supported by the decode demo; use launch/run.py "
+                "--cache-dir DIR for the compile cache")
+    return args
 
 
 def _share_model_dir(rank: int, model_type: str, layers: int, hidden: int, heads: int) -> str:
@@ -109,7 +113,8 @@ def run(args, rank, world, plat):
     gen_eager = hf.generate_tokens(model, ids, args.new_tokens)
     with hf.CompileStats() as gen_stats:
         gen_ours = hf.generate_tokens(model, ids, args.new_tokens, backend)
-    say(f"  generate: {gen_ours.numel()} tokens, {len(gen_stats.graphs)} graph(s), tokens equal eager: {torch.equal(gen_ours, gen_eager)}")
+    say(f"  generate: {gen_ours.numel()} tokens, {len(gen_stats.graphs)} graph(s), tokens "
+        f"equal eager: {torch.equal(gen_ours, gen_eager)}")
     return dict(rank=rank, mode=args.mode, model=args.model_type, compile_s=compile_s,
                 eager_us=hf.median_us(eager_times), ours_us=hf.median_us(steady),
                 tokens=tokens.numel(), same=bool(torch.equal(tokens, eager_tokens)),
