@@ -374,6 +374,12 @@ EXTRA_CASES = {
                                         torch.clamp_min(a, 0.1), torch.clamp_max(a, hi)),
                      lambda: (r(3, 4), r(4) - 1, r(3, 1) + 1)),
     "eye": (lambda a: (a @ torch.eye(4), torch.eye(2, 3, dtype=torch.int64) + 1), lambda: (r(3, 4),)),
+    "solve_triangular": (lambda a, b: (torch.linalg.solve_triangular(a, b, upper=False),
+                                       torch.linalg.solve_triangular(a.transpose(-1, -2), b, upper=True,
+                                                                     unitriangular=True),
+                                       torch.linalg.solve_triangular(a, b.transpose(-1, -2), upper=False,
+                                                                     left=False)),
+                         lambda: (torch.randn(2, 4, 4).tril() + 4 * torch.eye(4), r(2, 4, 4))),
     "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1), lambda: (r(1, 2, 5, 5), r(3, 2, 3, 3), r(3))),
 }
 

@@ -321,3 +321,11 @@ def _conv2d(spec: OpSpec):
     groups = spec.attr("groups", 1)
     return lambda x, w: torch.nn.functional.conv2d(x, w, None, stride, (top, left), dilation,
                                                    groups)
+
+
+@kernel("MatrixTriangularSolve")
+def _triangular_solve(spec: OpSpec):
+    lower, adjoint = bool(spec.attr("lower", True)), bool(spec.attr("adjoint", False))
+    if adjoint:  # A^H X = B: A^H's triangle is the other one
+        return lambda a, b: torch.linalg.solve_triangular(a.mH, b, upper=lower)
+    return lambda a, b: torch.linalg.solve_triangular(a, b, upper=not lower)
