@@ -380,6 +380,9 @@ EXTRA_CASES = {
                                        torch.linalg.solve_triangular(a, b.transpose(-1, -2), upper=False,
                                                                      left=False)),
                          lambda: (torch.randn(2, 4, 4).tril() + 4 * torch.eye(4), r(2, 4, 4))),
+    "slice_scatter_step": (lambda x, s: (torch.slice_scatter(x, s, 1, 0, None, 3),
+                                         torch.slice_scatter(x, s[:, :2], 1, 1, 6, 3)),
+                           lambda: (r(2, 7), r(2, 3))),
     "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1), lambda: (r(1, 2, 5, 5), r(3, 2, 3, 3), r(3))),
 }
 

@@ -258,13 +258,22 @@ def _bound(v: Any, size: int) -> Any:
     return v
 
 
-@register([aten.slice_scatter.default], ["StridedSlice", "ConcatV2", "Const", "Pack", "Cast"])
+@register([aten.slice_scatter.default], ["StridedSlice", "ConcatV2", "Const", "Pack", "Cast",
+                                         "ScatterNdUpdate", "TensorMove", "BroadcastTo", "Reshape",
+                                         "Range", "Shape", "GatherV2"])
 def _slice_scatter(cx, x, src, dim=0, start=None, end=None, step=1):
-    if step != 1:
-        raise UnsupportedOpError(f"slice_scatter with step {step} (%{cx.node.name}): GE lowering "
-                                 f"supports step 1 only")
     dim = _norm(dim, len(x.shape))
     size = x.shape[dim]
+    if step != 1:  # every step-th slice: an index_copy of the slice positions
+        if not all(isinstance(v, int) for v in (size, step)) or not isinstance(
+                start if start is not None else 0, int):
+            raise UnsupportedOpError(f"slice_scatter with step {step} (%{cx.node.name}) on a "
+                                     f"symbolic range has no GE lowering")
+        lo = _bound(0 if start is None else start, size)
+        hi = size if end is None or end >= _INT64_MAX else _bound(end, size)
+        from .aten_update import _index_copy
+
+        return _index_copy(cx, x, dim, cx.const(list(range(lo, hi, step)), torch.int64), src)
     start = _bound(0 if start is None else start, size)
     end = size if (end is None or (isinstance(end, int) and end >= _INT64_MAX)) else _bound(end, size)
     if end == -1:
