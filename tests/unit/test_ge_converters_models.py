@@ -383,6 +383,9 @@ EXTRA_CASES = {
     "slice_scatter_step": (lambda x, s: (torch.slice_scatter(x, s, 1, 0, None, 3),
                                          torch.slice_scatter(x, s[:, :2], 1, 1, 6, 3)),
                            lambda: (r(2, 7), r(2, 3))),
+    "flip": (lambda a: (torch.flip(a, [0]), a.flip(-1, 1)), lambda: (r(3, 4, 2),)),
+    "flip_bf16": (lambda a: torch.flip(a, [1]), lambda: (r(2, 5, dtype=torch.bfloat16),)),
+    "unfold": (lambda a: (a.unfold(1, 3, 1), a.unfold(-1, 2, 2)), lambda: (r(2, 6, 5),)),
     "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1), lambda: (r(1, 2, 5, 5), r(3, 2, 3, 3), r(3))),
 }
 

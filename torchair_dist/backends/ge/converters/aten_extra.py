@@ -216,3 +216,39 @@ def _swap_last(cx, x):
     shape = tuple(x.shape[p] for p in perm)
     return cx.emit1("Transpose", [("x", x), ("perm", cx.const(perm, torch.int64))], None,
                     (x.dtype, shape))
+
+
+_REVERSE_DTYPES = {torch.bool, torch.float64, torch.float32, torch.float16, torch.int16,
+                   torch.int32, torch.int64, torch.int8, torch.uint16, torch.uint8}
+
+
+@register([aten.flip.default], ["ReverseV2", "Const", "Cast"])
+def _flip(cx, x, dims):
+    """ReverseV2 (bf16, outside its IR dtypes, flips as float32: exact)."""
+    dtype = x.dtype
+    work = dtype if dtype in _REVERSE_DTYPES else torch.float32
+    rank = len(x.shape)
+    y = cx.emit1("ReverseV2", [("x", cx.cast(x, work)),
+                               ("axis", cx.const([d % rank for d in dims], torch.int64))], None,
+                 (work, x.shape))
+    return cx.cast(y, dtype)
+
+
+@register([aten.unfold.default], ["GatherV2", "Transpose", "Const"])
+def _unfold(cx, x, dim, size, step):
+    """Sliding windows along ``dim``: GatherV2 of the window positions (a [n, size] Const),
+    then the window axis moved last, as torch lays it out."""
+    from ....errors import UnsupportedOpError
+
+    rank = len(x.shape)
+    d = dim % rank if rank else 0
+    length = x.shape[d] if rank else 1
+    if length < 0:
+        raise UnsupportedOpError(f"%{cx.node.name}: unfold of a symbolic dim has no GE lowering")
+    n = (length - size) // step + 1
+    index = torch.arange(n).unsqueeze(1) * step + torch.arange(size)
+    gathered_shape = tuple(x.shape[:d]) + (n, size) + tuple(x.shape[d + 1:])
+    g = cx.emit1("GatherV2", [("x", x), ("indices", cx.const(index)),
+                              ("axis", cx.const(d, torch.int64))], None, (x.dtype, gathered_shape))
+    perm = [i for i in range(rank + 1) if i != d + 1] + [d + 1]
+    return cx.emit1("Transpose", [("x", g), ("perm", cx.const(perm, torch.int64))])

@@ -226,3 +226,11 @@ def _pad_v3(spec: OpSpec):
         fill = 0 if value is None else value.item()
         return torch.nn.functional.pad(x, torch_pad, value=fill)
     return run
+
+
+@kernel("ReverseV2")
+def _reverse_v2(spec: OpSpec):
+    axis = spec.const_ints("axis")
+    if axis is not None:
+        return lambda x, _a: torch.flip(x, axis)
+    return lambda x, a: torch.flip(x, ints(a))
