@@ -139,7 +139,7 @@ class Lane:
 
 
 # ops that are not issued on a stream (graph inputs, constants, the output)
-UNSCHEDULED = frozenset({"Data", "Const", "NetOutput"})
+UNSCHEDULED = frozenset({"Data", "RefData", "Const", "NetOutput"})
 
 InputSpec = Tuple[str, Union[None, TensorRef, Sequence[TensorRef]]]
 OutputSpec = Tuple[str, Union[Tuple[torch.dtype, Sequence[int]], List[Tuple[torch.dtype, Sequence[int]]]]]
@@ -205,11 +205,12 @@ class GraphBuilder:
         fill_desc(op.input_desc.add(), port, ref.dtype, ref.shape)
 
     def data(self, dtype: torch.dtype, shape: Sequence[int], placement: str = "NPU",
-             name: Optional[str] = None) -> TensorRef:
-        """A graph input; Data ops are numbered 0, 1, ... in creation order."""
+             name: Optional[str] = None, ref_data: bool = False) -> TensorRef:
+        """A graph input; Data ops are numbered 0, 1, ... in creation order. ``ref``: a
+        ``RefData`` (an input GE may update in place: the caller's buffer, not a copy)."""
         index = self.num_data
         self.num_data += 1
-        (ref,) = self.op("Data", [], {"index": index}, [("y", (dtype, shape))],
+        (ref,) = self.op("RefData" if ref_data else "Data", [], {"index": index}, [("y", (dtype, shape))],
                          name=name or f"arg{index}")
         desc = self.graph.op[-1].output_desc[0]
         desc.device_type = placement

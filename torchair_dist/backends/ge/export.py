@@ -60,8 +60,11 @@ def bake_weights(model: ModelDef, weights: Mapping[int, torch.Tensor], names: Ma
     total = model.ByteSize() + sum(t.numel() * t.element_size() for t in weights.values())
     external = total > const_limit_bytes
     files: List[str] = []
+    ref_data = []  # renumbered after the Data ops, as TorchAir does
     next_index = 0
     for op in graph.op:
+        if op.type == "RefData":
+            ref_data.append(op)
         if op.type != "Data":
             continue
         index = op.attr["index"].i
@@ -91,6 +94,9 @@ def bake_weights(model: ModelDef, weights: Mapping[int, torch.Tensor], names: Ma
         else:
             op.type = "Const"
             fill_tensor_def(op.attr["value"].t, value)
+    for op in ref_data:
+        op.attr["index"].i = next_index
+        next_index += 1
     return files
 
 

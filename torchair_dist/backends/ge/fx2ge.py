@@ -11,6 +11,7 @@ from torch.fx.node import map_aggregate
 from ...errors import UnsupportedOpError
 from .builder import GraphBuilder, TensorRef
 from .converters import lookup, target_key
+from .converters.aten_update import check_planned, plan_inplace
 from .converters.context import ConvertContext, meta_desc
 from .proto import ModelDef
 
@@ -23,7 +24,8 @@ class ConvertedGraph:
         "opaque" (an object such as a process group: read at conversion, not fed to GE).
     outputs: per FX output, ("ge", k) for GE output k, ("sym", k) for a GE output read back as
         a Python int, or ("value", v) for a constant (None, a Python number).
-    mutations: (placeholder index, GE output position) pairs to ``copy_`` back after a run.
+    mutations: (placeholder index, GE output position) pairs to ``copy_`` back after a run
+        (inputs updated in place through a ``RefData`` are not among them).
     """
 
     model: ModelDef
@@ -87,12 +89,16 @@ def _convert(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name
     cx = ConvertContext(b, rank, world_size)
     env: Dict[torch.fx.Node, Any] = {}
     inputs: List[str] = []
+    inplace = plan_inplace(gm)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     examples = list(example_inputs) + [None] * (len(placeholders) - len(example_inputs))
     for i, (node, example) in enumerate(zip(placeholders, examples)):
         val = _placeholder_val(node, example)
         if isinstance(val, torch.Tensor):
-            env[node] = b.data(val.dtype, tuple(val.shape), name=node.name)
+            env[node] = b.data(val.dtype, tuple(val.shape), name=node.name,
+                               ref_data=node in inplace)
+            if node in inplace:
+                cx.ref_data[env[node].op] = inplace[node]
             inputs.append("tensor")
         elif isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
             env[node] = b.data(torch.int64, (), placement="CPU", name=node.name)
@@ -121,6 +127,7 @@ def _convert(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name
             cx.node = None
         elif node.op == "output":
             outputs = _outputs(node.args[0], env)
+    check_planned(cx)
     refs: List[TensorRef] = []
     mapped: List[Tuple[str, Any]] = []
     for kind, value in outputs:

@@ -4,13 +4,17 @@ Checks, per op: the op type exists; the input descriptors name the IR inputs in 
 (optional inputs may be skipped, dynamic inputs appear as ``<name>0``, ``<name>1``, ...); every
 data input is ``"<op>:<i>"`` of an earlier op that has an output ``i``, and control edges
 (``":-1"``) come last; output descriptors follow the IR outputs; required attributes are present
-and every registry attribute has the registry's type. Attributes whose name starts with ``_`` are
+and every registry attribute has the registry's type; every input/output descriptor's dtype is
+among the dtypes the registry lists for its port (its ``dtypes`` plus the named classes of its
+``type_expr``, e.g. ``IndexNumberType()``; ports typed by a variable or ``ALL()`` are not
+checked). Attributes whose name starts with ``_`` are
 private annotations and are not checked; any other attribute the IR does not declare is an error.
 
 The registry file is ``$TORCHAIR_DIST_GE_REGISTRY`` if set, else ``<repo>/../shared/
 ge_op_registry.json`` relative to this package when that exists, else the bundled
 ``ge_op_registry_subset.json`` (the IR of every op this backend emits; see registry_subset.py). The four framework ops GE defines outside the
-operator library (``Data``, ``Const``, ``NetOutput``, ``Cast``) are not in that file and are
+operator library (``Data``, ``Const``, ``NetOutput``, ``Cast``) are not in that file (``RefData`` is, with a
+required ``x`` GE feeds itself, like Data's) and are
 declared in :data:`BUILTIN_OPS` below.
 """
 from __future__ import annotations
@@ -18,11 +22,12 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from ...errors import TorchairDistError
-from .proto import AttrDef, GraphDef, ModelDef
+from .proto import AttrDef, DataType, GraphDef, ModelDef
 
 ENV_REGISTRY = "TORCHAIR_DIST_GE_REGISTRY"
 
@@ -42,6 +47,9 @@ def _port(name: str, kind: str = "required") -> dict:
 BUILTIN_OPS: Dict[str, dict] = {
     "Data": {"inputs": [_port("x", "optional")], "outputs": [_port("y")],
              "attrs": [{"name": "index", "type": "Int", "required": False}]},
+    # RefData is in the registry with a required ``x``; like Data, GE feeds it from the caller
+    "RefData": {"inputs": [_port("x", "optional")], "outputs": [_port("y")],
+                "attrs": [{"name": "index", "type": "Int", "required": False}]},
     "Const": {"inputs": [], "outputs": [_port("y")],
               "attrs": [{"name": "value", "type": "Tensor", "required": True}]},
     "NetOutput": {"inputs": [_port("x", "dynamic")], "outputs": [_port("y", "dynamic")],
@@ -130,6 +138,64 @@ def _attr_type_ok(attr: AttrDef, typ: str) -> bool:
     return which is not None  # types we do not model: presence only
 
 
+# GE's named dtype classes (``TensorType::BasicType()`` ...) as DT_* names; a port whose
+# ``type_expr`` uses a class not listed here (``ALL()``, type variables "T") is not checked.
+_REAL = {"DT_DOUBLE", "DT_FLOAT", "DT_FLOAT16", "DT_BF16", "DT_INT8", "DT_INT16", "DT_INT32",
+         "DT_INT64", "DT_UINT8", "DT_UINT16", "DT_UINT32", "DT_UINT64"}
+_QUANT = {"DT_QINT8", "DT_QINT16", "DT_QINT32", "DT_QUINT8", "DT_QUINT16"}
+_COMPLEX = {"DT_COMPLEX64", "DT_COMPLEX128"}
+DTYPE_CLASSES = {
+    "IndexNumberType": {"DT_INT32", "DT_INT64"},
+    "RealNumberType": _REAL,
+    "NumberType": _REAL | _QUANT | _COMPLEX,
+    "BasicType": _REAL | _QUANT | _COMPLEX,
+    "FloatingDataType": {"DT_DOUBLE", "DT_FLOAT", "DT_FLOAT16", "DT_BF16"},
+    "UnaryDataType": {"DT_DOUBLE", "DT_FLOAT", "DT_FLOAT16", "DT_BF16"} | _COMPLEX,
+    "IntegerDataType": {"DT_INT8", "DT_INT16", "DT_INT32", "DT_INT64", "DT_UINT8", "DT_UINT16",
+                        "DT_UINT32", "DT_UINT64"},
+}
+_ALIASES = {"DT_FLOAT32": "DT_FLOAT", "DT_BFLOAT16": "DT_BF16"}
+
+
+@functools.lru_cache(maxsize=4096)
+def _allowed(type_expr: str, listed: tuple) -> Optional[frozenset]:
+    """The DT_* names a port accepts, or None when the registry does not pin them down."""
+    classes = re.findall(r"([A-Za-z]+)\(\)", type_expr)
+    if not listed and not classes:
+        return None  # a type variable ("T") or an unparsed expression
+    allowed = {_ALIASES.get(d, d) for d in listed}
+    for c in classes:
+        if c not in DTYPE_CLASSES:
+            return None
+        allowed |= DTYPE_CLASSES[c]
+    return frozenset(allowed)
+
+
+def _port_of(desc_name: str, ports: List[dict]) -> Optional[dict]:
+    for port in ports:
+        name = port["name"]
+        if desc_name == name or (port["kind"] == "dynamic" and desc_name.startswith(name)
+                                 and desc_name[len(name):].isdigit()):
+            return port
+    return None
+
+
+def _dtype_problems(where: str, side: str, descs, ports: List[dict]) -> List[str]:
+    problems = []
+    for desc in descs:
+        port = _port_of(desc.name, ports)
+        if port is None:
+            continue
+        allowed = _allowed(port.get("type_expr", ""), tuple(port.get("dtypes") or ()))
+        if allowed is None:
+            continue
+        name = DataType.Name(desc.dtype) if desc.dtype in DataType.values() else str(desc.dtype)
+        if name not in allowed:
+            problems.append(f"{where}: {side} {desc.name!r} has dtype {name}, not among the "
+                            f"IR's {sorted(allowed)}")
+    return problems
+
+
 def check_graph(graph: GraphDef, registry: Optional[Dict[str, dict]] = None) -> List[str]:
     """Every problem of ``graph`` as one line each (empty when valid)."""
     reg = registry if registry is not None else load_registry()
@@ -165,6 +231,8 @@ def check_graph(graph: GraphDef, registry: Optional[Dict[str, dict]] = None) -> 
         bad = _match_ports([d.name for d in op.output_desc], ir["outputs"])
         if bad:
             problems.append(f"{where}: outputs: {bad}")
+        problems += _dtype_problems(where, "input", op.input_desc, ir["inputs"])
+        problems += _dtype_problems(where, "output", op.output_desc, ir["outputs"])
         declared = {a["name"]: a for a in ir["attrs"]}
         for a in ir["attrs"]:
             if a.get("required") and a["name"] not in op.attr:

@@ -126,7 +126,7 @@ def _gelu(cx, x, *, approximate: str = "none"):
     return cx.emit1("GeluV2", [("x", cx.cast(x, cx.out_dtype))], {"approximate": approximate})
 
 
-@register([aten.clamp.default], ["Maximum", "Minimum", "Cast", "Const"])
+@register([aten.clamp.default, aten.clamp.Tensor], ["Maximum", "Minimum", "Cast", "Const"])
 def _clamp(cx, x, min=None, max=None):
     dtype = cx.out_dtype
     y = cx.cast(x, dtype)
@@ -135,6 +135,16 @@ def _clamp(cx, x, min=None, max=None):
     if max is not None:
         y = cx.emit1("Minimum", [("x1", y), ("x2", cx.tensor(max, dtype))])
     return y
+
+
+@register([aten.clamp_min.default, aten.clamp_min.Tensor], ["Maximum", "Cast", "Const"])
+def _clamp_min(cx, x, min):
+    return _clamp(cx, x, min=min)
+
+
+@register([aten.clamp_max.default, aten.clamp_max.Tensor], ["Minimum", "Cast", "Const"])
+def _clamp_max(cx, x, max):
+    return _clamp(cx, x, max=max)
 
 
 # -- reductions ------------------------------------------------------------------------------

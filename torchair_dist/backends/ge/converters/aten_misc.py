@@ -44,6 +44,8 @@ def _copy(cx, dst: TensorRef, src: Any, non_blocking: bool = False):
     """``copy(dst, src)``: src cast to dst's dtype and broadcast to dst's shape. When ``copy_``
     writes a graph input (AOT's input mutation), the value becomes an extra graph output that
     the runner copies back into the input after the run."""
+    if cx.node.target is aten.copy_.default and dst.op in cx.inplace_done:
+        return src  # the input's buffer was updated in place (RefData): nothing to write back
     value = cx.tensor(src, dst.dtype)
     if tuple(value.shape) != tuple(dst.shape):
         value = cx.emit1("BroadcastTo", [("x", value), ("shape", cx.shape_of(dst))], None,
@@ -147,6 +149,10 @@ def _sym_binary(ge_type: str):
 
 for _fn, _ge in [(operator.add, "Add"), (operator.sub, "Sub"), (operator.mul, "Mul"),
                  (operator.floordiv, "FloorDiv"), (operator.mod, "FloorMod")]:
+    register([_fn], [_ge, "Const", "Cast"])(_sym_binary(_ge))
+
+
+for _fn, _ge in [(torch.sym_max, "Maximum"), (torch.sym_min, "Minimum")]:
     register([_fn], [_ge, "Const", "Cast"])(_sym_binary(_ge))
 
 

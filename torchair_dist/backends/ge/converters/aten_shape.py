@@ -119,13 +119,21 @@ def _slice(cx, x, dim=0, start=None, end=None, step=1):
                     {"begin_mask": begin_mask, "end_mask": end_mask})
 
 
-@register([aten.select.int], ["GatherV2", "Const"])
+def gather_v2(cx, x: TensorRef, indices: TensorRef, axis: int) -> TensorRef:
+    """GatherV2 of ``x`` (bool, outside the IR's BasicType, travels as int8 and back)."""
+    dtype, shape = cx.out()
+    work = torch.int8 if x.dtype == torch.bool else x.dtype
+    y = cx.emit1("GatherV2", [("x", cx.cast(x, work)), ("indices", indices),
+                              ("axis", cx.const(axis, torch.int64))], None, (work, shape))
+    return cx.cast(y, dtype)
+
+
+@register([aten.select.int], ["GatherV2", "Const", "Cast"])
 def _select(cx, x, dim, index):
     dim = _norm(dim, len(x.shape))
     if isinstance(index, int) and index < 0 and x.shape[dim] >= 0:
         index += x.shape[dim]
-    return cx.emit1("GatherV2", [("x", x), ("indices", cx.tensor(index, torch.int64)),
-                                 ("axis", cx.const(dim, torch.int64))])
+    return gather_v2(cx, x, cx.tensor(index, torch.int64), dim)
 
 
 @register([aten.split.Tensor, aten.split_with_sizes.default], ["SplitV", "Const", "Pack", "Cast"])
@@ -139,7 +147,7 @@ def _split(cx, x, split, dim=0):
     else:
         sizes = [split] * (len(outs) - 1) + [-1]
     return cx.emit("SplitV", [("x", x), ("size_splits", cx.int_list(sizes)),
-                              ("split_dim", cx.const(dim, torch.int64))],
+                              ("split_dim", cx.const(dim, torch.int32))],
                    {"num_split": len(outs)}, [("y", outs)])
 
 
@@ -156,10 +164,9 @@ def _embedding(cx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sp
                                  ("axis", cx.const(0, torch.int64))])
 
 
-@register([aten.index_select.default], ["GatherV2", "Const"])
+@register([aten.index_select.default], ["GatherV2", "Const", "Cast"])
 def _index_select(cx, x, dim, index):
-    return cx.emit1("GatherV2", [("x", x), ("indices", index),
-                                 ("axis", cx.const(_norm(dim, len(x.shape)), torch.int64))])
+    return gather_v2(cx, x, index, _norm(dim, len(x.shape)))
 
 
 @register([aten.gather.default], ["GatherElements"])
@@ -168,11 +175,31 @@ def _gather(cx, x, dim, index, *, sparse_grad=False):
                     {"dim": _norm(dim, len(x.shape))})
 
 
-@register([aten.index.Tensor], ["Index", "Const"])
+def int_indices(cx, indices: Sequence[Any]) -> List[Any]:
+    """Advanced indices with every boolean mask (k dims) replaced by the k int64 coordinate
+    vectors of its True elements (``NonZero`` transposed + ``Unpack``), as torch defines it;
+    GE's Index/IndexPutV2 take int64 indices only."""
+    out: List[Any] = []
+    for t in indices:
+        if t is None or t.dtype != torch.bool:
+            out.append(t)
+            continue
+        k = len(t.shape)
+        coords = cx.emit1("NonZero", [("x", t)], {"transpose": True, "dtype": torch.int64},
+                          (torch.int64, (k, -1)))
+        out.extend(cx.emit("Unpack", [("x", coords)], {"num": k, "axis": 0},
+                           [("y", [(torch.int64, (-1,))] * k)]))
+    return out
+
+
+@register([aten.index.Tensor], ["Index", "Const", "NonZero", "Unpack", "Cast"])
 def _index(cx, x, indices: Sequence[Any]):
     """GE Index: ``indexed_sizes[i]`` is 1 when dim i is indexed by the next tensor of
     ``indices``, 0 when it is taken whole (torch's ``None``); ``indexed_strides`` is unused
-    by torch-style advanced indexing and written as zeros."""
+    by torch-style advanced indexing and written as zeros. Indices are int64 (the IR's)."""
+    indices = [t if t is None else cx.cast(t, torch.int64) if t.dtype != torch.bool else t
+               for t in indices]
+    indices = int_indices(cx, indices)
     mask = [0 if t is None else 1 for t in indices]
     given = [t for t in indices if t is not None]
     return cx.emit1("Index", [("x", x), ("indexed_sizes", cx.const(mask, torch.int64)),
@@ -180,14 +207,21 @@ def _index(cx, x, indices: Sequence[Any]):
                               ("indices", given)])
 
 
-@register([aten.triu.default], ["Triu"])
+def _tri(cx, ge_type, x, diagonal):
+    """Triu/Tril (bool, outside the IR's BasicType, travels as int8 and back)."""
+    work = torch.int8 if x.dtype == torch.bool else x.dtype
+    y = cx.emit1(ge_type, [("x", cx.cast(x, work))], {"diagonal": int(diagonal)}, (work, x.shape))
+    return cx.cast(y, x.dtype)
+
+
+@register([aten.triu.default], ["Triu", "Cast"])
 def _triu(cx, x, diagonal=0):
-    return cx.emit1("Triu", [("x", x)], {"diagonal": int(diagonal)})
+    return _tri(cx, "Triu", x, diagonal)
 
 
-@register([aten.tril.default], ["Tril"])
+@register([aten.tril.default], ["Tril", "Cast"])
 def _tril(cx, x, diagonal=0):
-    return cx.emit1("Tril", [("x", x)], {"diagonal": int(diagonal)})
+    return _tri(cx, "Tril", x, diagonal)
 
 
 def _slice_dim(cx, x: TensorRef, dim: int, start: Any, end: Any) -> TensorRef:
@@ -224,13 +258,22 @@ def _bound(v: Any, size: int) -> Any:
     return v
 
 
-@register([aten.slice_scatter.default], ["StridedSlice", "ConcatV2", "Const", "Pack", "Cast"])
+@register([aten.slice_scatter.default], ["StridedSlice", "ConcatV2", "Const", "Pack", "Cast",
+                                         "ScatterNdUpdate", "TensorMove", "BroadcastTo", "Reshape",
+                                         "Range", "Shape", "GatherV2"])
 def _slice_scatter(cx, x, src, dim=0, start=None, end=None, step=1):
-    if step != 1:
-        raise UnsupportedOpError(f"slice_scatter with step {step} (%{cx.node.name}): GE lowering "
-                                 f"supports step 1 only")
     dim = _norm(dim, len(x.shape))
     size = x.shape[dim]
+    if step != 1:  # every step-th slice: an index_copy of the slice positions
+        if not all(isinstance(v, int) for v in (size, step)) or not isinstance(
+                start if start is not None else 0, int):
+            raise UnsupportedOpError(f"slice_scatter with step {step} (%{cx.node.name}) on a "
+                                     f"symbolic range has no GE lowering")
+        lo = _bound(0 if start is None else start, size)
+        hi = size if end is None or end >= _INT64_MAX else _bound(end, size)
+        from .aten_update import _index_copy
+
+        return _index_copy(cx, x, dim, cx.const(list(range(lo, hi, step)), torch.int64), src)
     start = _bound(0 if start is None else start, size)
     end = size if (end is None or (isinstance(end, int) and end >= _INT64_MAX)) else _bound(end, size)
     if end == -1:
@@ -250,17 +293,6 @@ def _select_scatter(cx, x, src, dim, index):
     return _splice(cx, x, src, dim, index, end)
 
 
-@register([aten.index_put.default], ["IndexPutV2", "Const", "Cast"])
-def _index_put(cx, x, indices, values, accumulate=False):
-    """GE IndexPutV2, same index encoding as Index (``indexed_sizes`` marks indexed dims)."""
-    mask = [0 if t is None else 1 for t in indices]
-    given = [t for t in indices if t is not None]
-    return cx.emit1("IndexPutV2", [("x", x), ("value", cx.tensor(values, x.dtype)),
-                                   ("indexed_sizes", cx.const(mask, torch.int64)),
-                                   ("indexed_strides", cx.const([0] * len(mask), torch.int64)),
-                                   ("indices", given)], {"accumulate": bool(accumulate)}, port="x")
-
-
 # InplaceIndexAdd's var/updates dtypes; others (bfloat16) accumulate in float32
 _INDEX_ADD_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.uint8,
                      torch.int16, torch.int32, torch.int64, torch.bool}
@@ -273,7 +305,9 @@ def _index_add(cx, x, dim, index, source, *, alpha=1):
     TensorMove copy of ``x`` (the FX graph is functional: ``x`` may have other readers)."""
     dtype = x.dtype
     work = dtype if dtype in _INDEX_ADD_DTYPES else torch.float32
-    var = cx.cast(cx.emit1("TensorMove", [("x", x)], None, (dtype, x.shape)), work)
+    # the Cast to the working dtype is already a fresh buffer; otherwise TensorMove copies
+    var = cx.cast(x, work) if work != dtype else cx.emit1("TensorMove", [("x", x)], None,
+                                                         (dtype, x.shape))
     if index.dtype not in (torch.int32, torch.int64):
         index = cx.cast(index, torch.int64)
     updates = cx.cast(source, work)

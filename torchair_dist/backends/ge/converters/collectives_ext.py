@@ -40,7 +40,7 @@ def _all_gather_list(cx, output_like, x, group_name):
                             {"rank_size": len(ranks), "group": group, "fusion": 0},
                             (x.dtype, (n * len(ranks),)))
         pieces = cx.emit("SplitV", [("x", gathered), ("size_splits", cx.const([n] * len(ranks))),
-                                    ("split_dim", cx.const(0))], {"num_split": len(ranks)},
+                                    ("split_dim", cx.const(0, torch.int32))], {"num_split": len(ranks)},
                          [("y", [(x.dtype, (n,))] * len(ranks))])
         return [cx.reshape(p, cx.dims(like), shape)
                 for p, like, (_, shape) in zip(pieces, output_like, outs)]

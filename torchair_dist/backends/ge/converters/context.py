@@ -36,6 +36,8 @@ class ConvertContext:
         self.keep_alive: List[str] = []  # side-effect ops NetOutput must depend on
         self.data_index: dict = {}  # Data op name -> FX placeholder index
         self.mutations: List[Tuple[int, TensorRef]] = []  # (placeholder index, new value)
+        self.ref_data: dict = {}  # RefData op name -> the FX node that updates it in place
+        self.inplace_done: set = set()  # RefData op names already updated in place
 
     # -- the node being converted -------------------------------------------------------------
     @property

@@ -223,3 +223,109 @@ def _layer_norm(spec: OpSpec):
         return torch.native_layer_norm(x, dims, None if gi is None else args[gi],
                                        None if bi is None else args[bi], eps)
     return run
+
+
+@kernel("ArgMin")
+def _argmin(spec: OpSpec):
+    dtype = torch_dtype(spec.attr("dtype", 9))
+    return lambda x, dim: torch.argmin(x, ints(dim)[0]).to(dtype)
+
+
+@kernel("ArgMaxWithValue", "ArgMinWithValue")
+def _arg_with_value(spec: OpSpec):
+    fn = torch.max if spec.type == "ArgMaxWithValue" else torch.min
+    dim, keep = spec.attr("dimension"), bool(spec.attr("keep_dims", False))
+
+    def run(x):
+        values, idx = fn(x, dim, keep)
+        return idx.to(torch.int32), values
+    return run
+
+
+@kernel("Sort")
+def _sort(spec: OpSpec):
+    axis, desc = spec.attr("axis", -1), bool(spec.attr("descending", False))
+    stable = bool(spec.attr("stable", False))
+
+    def run(x):
+        values, idx = torch.sort(x, dim=axis, descending=desc, stable=stable)
+        return values, idx.to(torch.int32)
+    return run
+
+
+@kernel("Histogram")
+def _histogram(spec: OpSpec):
+    bins, lo, hi = spec.attr("bins", 100), spec.attr("min", 0.0), spec.attr("max", 0.0)
+    dtype = spec.outputs[0][0]
+    return lambda x: torch.histc(x.float(), bins, lo, hi).to(dtype)
+
+
+@kernel("GroupedMatmul")
+def _grouped_matmul(spec: OpSpec):
+    """x [M, K] split along M at the cumulative ``group_list``; group i times weight[i]; rows
+    past the last offset are zero (split_item 3, group_type 0, group_list_type 0 only)."""
+    got = (spec.attr("split_item", 0), spec.attr("group_type", -1), spec.attr("group_list_type", 0))
+    if got != (3, 0, 0) or spec.attr("transpose_weight", False) or spec.attr("transpose_x", False):
+        raise GeRuntimeError(f"GroupedMatmul {spec.name!r}: only split_item=3, group_type=0, "
+                             f"group_list_type=0 without transposes is implemented, got {got}")
+    if spec.in_names != ["x0", "weight0", "group_list"]:
+        raise GeRuntimeError(f"GroupedMatmul {spec.name!r}: inputs {spec.in_names} not supported")
+
+    def run(x, weight, group_list):
+        out = torch.zeros(x.shape[0], weight.shape[-1], dtype=x.dtype, device=x.device)
+        start = 0
+        for i, end in enumerate(group_list.tolist()):
+            if end > start:
+                out[start:end] = torch.mm(x[start:end], weight[i])
+            start = end
+        return out
+    return run
+
+
+@kernel("SoftplusV2")
+def _softplus(spec: OpSpec):
+    beta, threshold = spec.attr("beta", 1.0), spec.attr("threshold", 20.0)
+    return lambda x: torch.nn.functional.softplus(x, beta, threshold)
+
+
+@kernel("Complex")
+def _complex(spec: OpSpec):
+    return torch.complex
+
+
+@kernel("Real", "Imag")
+def _real_imag(spec: OpSpec):
+    part = "real" if spec.type == "Real" else "imag"
+    return lambda z: getattr(z, part).clone()
+
+
+@kernel("ReduceLogSumExp")
+def _reduce_logsumexp(spec: OpSpec):
+    keep = bool(spec.attr("keep_dims", False))
+    return lambda x, axes: torch.logsumexp(x, ints(axes), keep)
+
+
+@kernel("LogSigmoid")
+def _log_sigmoid(spec: OpSpec):
+    return torch.nn.functional.logsigmoid
+
+
+@kernel("Conv2D")
+def _conv2d(spec: OpSpec):
+    if spec.attr("data_format", "NHWC") != "NCHW" or spec.port("bias") is not None:
+        raise GeRuntimeError(f"Conv2D {spec.name!r}: only NCHW without a bias input is implemented")
+    top, bottom, left, right = spec.attr("pads")
+    if top != bottom or left != right:
+        raise GeRuntimeError(f"Conv2D {spec.name!r}: asymmetric pads {spec.attr('pads')}")
+    stride, dilation = spec.attr("strides")[2:], spec.attr("dilations", [1, 1, 1, 1])[2:]
+    groups = spec.attr("groups", 1)
+    return lambda x, w: torch.nn.functional.conv2d(x, w, None, stride, (top, left), dilation,
+                                                   groups)
+
+
+@kernel("MatrixTriangularSolve")
+def _triangular_solve(spec: OpSpec):
+    lower, adjoint = bool(spec.attr("lower", True)), bool(spec.attr("adjoint", False))
+    if adjoint:  # A^H X = B: A^H's triangle is the other one
+        return lambda a, b: torch.linalg.solve_triangular(a.mH, b, upper=lower)
+    return lambda a, b: torch.linalg.solve_triangular(a, b, upper=not lower)

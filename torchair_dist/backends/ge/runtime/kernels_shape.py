@@ -111,13 +111,16 @@ def _split_v(spec: OpSpec):
         s = list(sizes if sizes is not None else ints(size_splits))
         if -1 in s:
             s[s.index(-1)] = x.shape[d] - (sum(s) + 1)
-        return tuple(torch.split(x, s, d))
+        parts = torch.split(x, s, d)
+        return parts[0] if len(parts) == 1 else tuple(parts)
     return run
 
 
 @kernel("Unpack")
 def _unpack(spec: OpSpec):
     axis = spec.attr("axis", 0)
+    if len(spec.outputs) == 1:  # one output: the generated code expects a tensor, not a tuple
+        return lambda x: x.select(axis, 0)
     return lambda x: tuple(torch.unbind(x, axis))
 
 
@@ -179,3 +182,55 @@ def _inplace_index_add(spec: OpSpec):
     if spec.port("alpha") is None:
         return lambda var, indices, updates: var.index_add(axis, indices, updates)
     return lambda var, indices, updates, alpha: var.index_add(axis, indices, updates * alpha)
+
+
+@kernel("ScatterNdUpdate")
+def _scatter_nd_update(spec: OpSpec):
+    """Writes ``var`` in place (GE's ref semantics): a RefData input is the caller's buffer;
+    converters give every other ``var`` its own copy first."""
+    def run(var, indices, updates):
+        var.index_put_(tuple(indices.to(torch.int64).unbind(-1)), updates.to(var.dtype))
+        return var
+    return run
+
+
+@kernel("NonZero")
+def _nonzero(spec: OpSpec):
+    transpose, dtype = bool(spec.attr("transpose", False)), torch_dtype(spec.attr("dtype", 9))
+
+    def run(x):
+        y = torch.nonzero(x)
+        return (y.t() if transpose else y).contiguous().to(dtype)
+    return run
+
+
+@kernel("Tile")
+def _tile(spec: OpSpec):
+    multiples = spec.const_ints("multiples")
+    if multiples is not None:
+        return lambda x, _m: x.repeat(multiples)
+    return lambda x, m: x.repeat(ints(m))
+
+
+@kernel("PadV3")
+def _pad_v3(spec: OpSpec):
+    if spec.attr("mode", "constant") != "constant" or not spec.attr("paddings_contiguous", True):
+        raise GeRuntimeError(f"PadV3 {spec.name!r}: only contiguous constant padding")
+    flat = spec.const_ints("paddings")
+
+    def run(x, paddings, value=None):
+        pairs = list(flat if flat is not None else ints(paddings))
+        torch_pad = []
+        for i in range(len(pairs) // 2 - 1, -1, -1):
+            torch_pad += [pairs[2 * i], pairs[2 * i + 1]]
+        fill = 0 if value is None else value.item()
+        return torch.nn.functional.pad(x, torch_pad, value=fill)
+    return run
+
+
+@kernel("ReverseV2")
+def _reverse_v2(spec: OpSpec):
+    axis = spec.const_ints("axis")
+    if axis is not None:
+        return lambda x, _a: torch.flip(x, axis)
+    return lambda x, a: torch.flip(x, ints(a))

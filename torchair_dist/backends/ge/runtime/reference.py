@@ -133,7 +133,7 @@ def generate(model: ModelDef, device: torch.device = torch.device("cpu")):
             scope[f"c_{ident}"] = value if device.type == "cpu" else value.to(device)
             var[f"{op.name}:0"] = f"c_{ident}"
             continue
-        if op.type == "Data":
+        if op.type in ("Data", "RefData"):  # RefData: the caller's buffer, updated in place
             var[f"{op.name}:0"] = f"v_{ident}"
             lines.append(f"v_{ident} = inputs[{op.attr['index'].i}]")
             continue

@@ -1,0 +1,155 @@
+"""Converters: sorting and selection (sort, max/min over a dim, argmin, histc, floor_divide)
+and grouped matmul (MoE experts: ``aten._grouped_mm``, transformers' ``grouped_mm_fallback``).
+
+Dtypes outside an op's IR list are computed in float32 and cast back (exact for bf16/fp16):
+``Sort`` has no bf16, ``ArgMaxWithValue``/``ArgMinWithValue`` only floats (other dtypes use
+``ReduceMax``/``ReduceMin`` + ``ArgMaxV2``/``ArgMin``), ``Histogram`` float32/float16/int32.
+"""
+from __future__ import annotations
+
+import torch
+
+from ....errors import UnsupportedOpError
+from .registry import register
+
+aten = torch.ops.aten
+
+_SORT_DTYPES = {torch.float32, torch.float16, torch.int16, torch.int32, torch.int64, torch.int8,
+                torch.uint8}
+_ARGMAX_VALUE_DTYPES = {torch.float32, torch.float16, torch.bfloat16}
+_ARGMIN_VALUE_DTYPES = {torch.float32, torch.float16}
+
+
+def _norm(dim: int, rank: int) -> int:
+    return dim % rank if rank else 0
+
+
+@register([aten.sort.default, aten.sort.stable], ["Sort", "Cast"])
+def _sort(cx, x, dim=-1, descending=False, *, stable=False):
+    if isinstance(dim, bool):  # sort.stable passes stable positionally in some traces
+        dim, stable = -1, dim
+    (vdt, vshape), (_, ishape) = cx.out(0), cx.out(1)
+    work = x.dtype if x.dtype in _SORT_DTYPES else torch.float32
+    values, idx = cx.emit("Sort", [("x", cx.cast(x, work))],
+                          {"axis": _norm(dim, len(x.shape)), "descending": bool(descending),
+                           "stable": bool(stable)},
+                          [("y1", (work, vshape)), ("y2", (torch.int32, ishape))])
+    return [cx.cast(values, vdt), cx.cast(idx, torch.int64)]
+
+
+def _reduce_with_index(cx, x, dim, keepdim, largest: bool):
+    rank = len(x.shape)
+    d = _norm(dim, rank)
+    (vdt, vshape), (_, ishape) = cx.out(0), cx.out(1)
+    fused = _ARGMAX_VALUE_DTYPES if largest else _ARGMIN_VALUE_DTYPES
+    if x.dtype in fused:
+        idx, values = cx.emit("ArgMaxWithValue" if largest else "ArgMinWithValue", [("x", x)],
+                              {"dimension": d, "keep_dims": bool(keepdim)},
+                              [("indice", (torch.int32, ishape)), ("values", (vdt, vshape))])
+        return [values, cx.cast(idx, torch.int64)]
+    values = cx.emit1("ReduceMax" if largest else "ReduceMin",
+                      [("x", x), ("axes", cx.const([d], torch.int64))],
+                      {"keep_dims": bool(keepdim)}, (vdt, vshape))
+    idx = _arg(cx, x, d, keepdim, largest, ishape)
+    return [values, idx]
+
+
+def _arg(cx, x, d, keepdim, largest, shape):
+    flat = tuple(s for i, s in enumerate(x.shape) if i != d)
+    y = cx.emit1("ArgMaxV2" if largest else "ArgMin",
+                 [("x", x), ("dimension", cx.const(d, torch.int64))], {"dtype": torch.int64},
+                 (torch.int64, flat))
+    if keepdim:
+        y = cx.emit1("Unsqueeze", [("x", y)], {"axes": [d]}, (torch.int64, shape))
+    return y
+
+
+_REDUCE_INDEX_EMITS = ["ArgMaxWithValue", "ArgMinWithValue", "ReduceMax", "ReduceMin", "ArgMaxV2",
+                       "ArgMin", "Unsqueeze", "Cast", "Const"]
+
+
+@register([aten.max.dim], _REDUCE_INDEX_EMITS)
+def _max_dim(cx, x, dim, keepdim=False):
+    return _reduce_with_index(cx, x, dim, keepdim, largest=True)
+
+
+@register([aten.min.dim], _REDUCE_INDEX_EMITS)
+def _min_dim(cx, x, dim, keepdim=False):
+    return _reduce_with_index(cx, x, dim, keepdim, largest=False)
+
+
+@register([aten.max.default, aten.min.default], ["ReduceMax", "ReduceMin", "Const"])
+def _max_all(cx, x):
+    ge_type = "ReduceMax" if cx.node.target is aten.max.default else "ReduceMin"
+    return cx.emit1(ge_type, [("x", x), ("axes", cx.const(list(range(len(x.shape))), torch.int64))],
+                    {"keep_dims": False})
+
+
+@register([aten.argmin.default], ["ArgMin", "Reshape", "Unsqueeze", "Const"])
+def _argmin(cx, x, dim=None, keepdim=False):
+    shape = cx.out()[1]
+    if dim is None:
+        n = -1 if any(d < 0 for d in x.shape) else int(torch.tensor(x.shape).prod())
+        y = _arg(cx, cx.reshape(x, [-1], [n]), 0, False, False, ())
+        return cx.reshape(y, list(shape), shape) if keepdim else y
+    return _arg(cx, x, _norm(dim, len(x.shape)), keepdim, False, shape)
+
+
+@register([aten.floor_divide.default, aten.floor_divide.Scalar], ["FloorDiv", "Cast", "Const"])
+def _floor_divide(cx, a, b):
+    dtype = cx.out_dtype
+    return cx.emit1("FloorDiv", [("x1", cx.tensor(a, dtype)), ("x2", cx.tensor(b, dtype))])
+
+
+_HIST_IN = {torch.float32, torch.float16, torch.int32}
+
+
+@register([aten.histc.default], ["Histogram", "Cast"])
+def _histc(cx, x, bins=100, min=0, max=0):
+    """GE Histogram (counts in float32): ``min == max`` uses the data's range, as torch does."""
+    dtype, shape = cx.out()
+    x = x if x.dtype in _HIST_IN else cx.cast(x, torch.float32)
+    y = cx.emit1("Histogram", [("x", x)], {"bins": int(bins), "min": float(min), "max": float(max)},
+                 (torch.float32, shape))
+    return cx.cast(y, dtype)
+
+
+# -- grouped matmul (MoE experts) -------------------------------------------------------------
+_GMM_DTYPES = {torch.float32, torch.float16, torch.bfloat16}
+
+
+def _grouped(cx, x, weight, offs):
+    """GE GroupedMatmul, one x [M, K] split along M by the cumulative ``offs`` (group_type 0,
+    group_list_type 0), one weight [E, K, N], one output [M, N] (split_item 3)."""
+    if len(x.shape) != 2 or len(weight.shape) != 3 or offs is None:
+        raise UnsupportedOpError(
+            f"%{cx.node.name}: GE GroupedMatmul lowering supports a 2-D input, 3-D expert "
+            f"weights and offsets; got input {list(x.shape)}, weights {list(weight.shape)}")
+    if x.dtype not in _GMM_DTYPES or weight.dtype != x.dtype:
+        raise UnsupportedOpError(f"%{cx.node.name}: grouped matmul of {x.dtype} x {weight.dtype}")
+    dtype, shape = cx.out()
+    y = cx.emit("GroupedMatmul", [("x", [x]), ("weight", [weight]),
+                                  ("group_list", cx.cast(offs, torch.int64))],
+                {"split_item": 3, "group_type": 0, "group_list_type": 0,
+                 "transpose_weight": False, "transpose_x": False},
+                [("y", [(x.dtype, shape)])])[0]
+    return cx.cast(y, dtype)
+
+
+@register([aten._grouped_mm.default], ["GroupedMatmul", "Cast"])
+def _grouped_mm(cx, x, weight, offs=None, bias=None, out_dtype=None):
+    if bias is not None:
+        raise UnsupportedOpError(f"%{cx.node.name}: _grouped_mm with bias has no GE lowering")
+    return _grouped(cx, x, weight, offs)
+
+
+def register_transformers_ops() -> None:
+    """transformers' ``grouped_mm_fallback`` custom op (float32/fp16 experts under compile)."""
+    try:
+        op = torch.ops.transformers.grouped_mm_fallback.default
+    except (AttributeError, RuntimeError):
+        op = "transformers.grouped_mm_fallback.default"  # registered by name; not loaded yet
+    register([op], ["GroupedMatmul", "Cast"])(lambda cx, x, weight, offs: _grouped(cx, x, weight, offs))
+
+
+register_transformers_ops()
