@@ -38,8 +38,9 @@ import torch
 import torch.distributed as dist
 
 from ..backends.context import GraphContext
-from ..errors import CollectiveFaultError, CollectiveMismatchError, TorchairDistError
-from . import groups
+from ..errors import (CollectiveFaultError, CollectiveMismatchError, PeerFailedError,
+                      TorchairDistError)
+from . import failures, groups
 from .p2p import op_name
 
 log = logging.getLogger("torchair_dist")
@@ -55,6 +56,11 @@ def _shape(node_arg, keep_dim0: bool = True) -> List[str]:
         return ["?"]
     dims = [str(d) for d in val.shape]
     return dims if keep_dim0 else ["*"] + dims[1:]
+
+
+def _numel(node_arg) -> str:
+    val = node_arg.meta.get("val") if isinstance(node_arg, torch.fx.Node) else None
+    return str(val.numel()) if isinstance(val, torch.Tensor) else "?"
 
 
 def _dtype(node_arg) -> str:
@@ -118,7 +124,9 @@ def _canonical_symbols(entries: List[Dict[str, Any]]) -> None:
         return names[sym]
 
     for e in entries:
-        e["shape"] = json.loads(_SYMBOL.sub(rename, json.dumps(e["shape"])))
+        for field in ("shape", "numel"):
+            if field in e:
+                e[field] = json.loads(_SYMBOL.sub(rename, json.dumps(e[field])))
 
 
 def collective_fingerprint(gm: torch.fx.GraphModule) -> List[Dict[str, Any]]:
@@ -133,14 +141,18 @@ def collective_fingerprint(gm: torch.fx.GraphModule) -> List[Dict[str, Any]]:
         kind, t_index, g_index, extra = spec
         args = list(node.args)
         tensor = args[t_index]
-        if kind == "all_gather_list":  # the outputs' shapes must agree, the input's may not
+        numel = None
+        if kind == "all_gather_list":  # the outputs' sizes must agree, the input's may not
             shape = [_shape(t) for t in args[0]]
-            dtype = _dtype(tensor)
+            numel = [_numel(t) for t in args[0]]
         else:
             shape = _shape(tensor, keep_dim0=kind not in _VARIABLE_DIM0)
-            dtype = _dtype(tensor)
-        entry = {"op": kind, "group": list(groups.ranks_of(args[g_index])), "dtype": dtype,
-                 "shape": shape, **extra(args), "where": _where(node)}
+            if kind in _P2P_KINDS:
+                numel = _numel(tensor)
+        entry = {"op": kind, "group": list(groups.ranks_of(args[g_index])),
+                 "dtype": _dtype(tensor), "shape": shape, **extra(args), "where": _where(node)}
+        if numel is not None:  # matched by what the transport moves: dtype + element count
+            entry["numel"] = numel
         entries.append(entry)
     _canonical_symbols(entries)
     return entries
@@ -156,7 +168,10 @@ def _describe(entry: Optional[Dict[str, Any]]) -> str:
 
 
 def _key(entry: Dict[str, Any], *, as_sent: bool = False) -> Tuple:
-    fields = {k: v for k, v in entry.items() if k not in ("where", "peer")}
+    """What must be equal across ranks. Entries with ``numel`` (p2p, list all-gather outputs)
+    match by dtype and element count: the same bytes may land in another shape."""
+    skip = ("where", "peer", "shape") if "numel" in entry else ("where", "peer")
+    fields = {k: v for k, v in entry.items() if k not in skip}
     if as_sent:
         fields["op"] = "p2p"
     return tuple(sorted((k, json.dumps(v)) for k, v in fields.items()))
@@ -217,49 +232,72 @@ def compare(rank: int, mine: Sequence[Dict], theirs: Dict[int, Sequence[Dict]]) 
 
 # ------------------------------------------------------------------------------- exchange
 _check_counts: Dict[str, int] = collections.defaultdict(int)
-_epoch = [0]
+_epoch = failures._epoch  # shared with the failure records
 
 
-def reset_check_sequence() -> None:
-    """Start a new check sequence. After a check failed by timeout the ranks are out of step
-    (the error is meant to be fatal); a program that survives one calls this on every rank."""
+def reset_check_sequence(epoch: Optional[int] = None) -> None:
+    """Start a new check sequence (and a clean failure board). After a failed check the ranks
+    are out of step (the error is meant to be fatal); a program that survives one calls this on
+    every rank (with the same ``epoch`` when given)."""
     _check_counts.clear()
-    _epoch[0] += 1
+    failures.set_epoch(epoch)
+
+
+def _wait_for(store, waits, rank: int, graph_name: str, timeout_s: float) -> None:
+    """Wait until every key of ``waits`` exists; raise PeerFailedError as soon as a rank whose
+    key is missing has published a failure, CollectiveMismatchError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(waits)
+    while pending:
+        try:
+            store.wait([w[3] for w in pending],
+                       datetime.timedelta(seconds=max(0.001, min(
+                           failures.POLL_S, deadline - time.monotonic()))))
+            return
+        except Exception:  # noqa: BLE001 - c10d raises DistStoreError / RuntimeError on timeout
+            pass
+        pending = [w for w in pending if not store.check([w[3]])]
+        failed = failures.failed_peers({w[2] for w in pending}, store=store)
+        if failed:
+            raise PeerFailedError(
+                f"rank {rank}: cannot run {graph_name}: {failures.describe(failed)}. This rank "
+                f"compiled fine; the failed rank(s) never reached the cross-rank check, so the "
+                f"collectives they share with this rank would hang.")
+        if time.monotonic() >= deadline and pending:
+            raise CollectiveMismatchError(
+                f"rank {rank}: cross-rank check of {graph_name} timed out after {timeout_s:g}s: "
+                f"rank(s) {sorted({w[2] for w in pending})} published no collectives for "
+                f"{', '.join(sorted({f'{w[0]} (check #{w[1]})' for w in pending}))} — they "
+                f"compiled a graph with other collectives or groups, took a path without them, "
+                f"or died. This rank's first collective there: {pending[0][4]}. Raise "
+                f"distributed_config.consistency_timeout if those ranks are just slow.")
 
 
 def exchange_and_check(fp: List[Dict], graph_name: str, timeout_s: float,
                        store=None) -> float:
-    """Publish ``fp`` per scope, read the peers', raise CollectiveMismatchError on a difference.
-
-    Returns the seconds it took.
-    """
+    """Publish ``fp`` per scope, read the peers', raise CollectiveMismatchError on a difference
+    (PeerFailedError when a peer published a failure instead). Returns the seconds it took."""
     t0 = time.perf_counter()
     rank = dist.get_rank()
     store = store if store is not None else dist.distributed_c10d._get_default_store()
-    waits = []  # (scope, seq, other rank, key)
-    for scope, (others, entries) in sorted(scopes_of(fp, rank).items()):
+    waits = []  # (scope, seq, other rank, key, description of this rank's first entry)
+    scopes = scopes_of(fp, rank)
+    for scope, (others, entries) in sorted(scopes.items()):
         seq = _check_counts[scope]
         _check_counts[scope] += 1
         base = f"{_PREFIX}/{_epoch[0]}/{scope}/{seq}"
         store.set(f"{base}/{rank}", json.dumps({"graph": graph_name, "fp": entries}))
-        waits += [(scope, seq, other, f"{base}/{other}") for other in others]
+        waits += [(scope, seq, other, f"{base}/{other}", _describe(entries[0]))
+                  for other in others]
     try:
-        store.wait([w[3] for w in waits], datetime.timedelta(seconds=timeout_s))
-    except Exception:  # noqa: BLE001 - c10d raises DistStoreError / RuntimeError on timeout
-        missing = [w for w in waits if not store.check([w[3]])]
-        raise CollectiveMismatchError(
-            f"rank {rank}: cross-rank check of {graph_name} timed out after {timeout_s:g}s: "
-            f"rank(s) {sorted({w[2] for w in missing})} published no collectives for "
-            f"{', '.join(sorted({f'{w[0]} (check #{w[1]})' for w in missing}))} — they compiled "
-            f"a graph with other collectives or groups, took a path without them, or died. "
-            f"This rank's first collective there: "
-            f"{_describe(scopes_of(fp, rank)[missing[0][0]][1][0])}. Raise "
-            f"distributed_config.consistency_timeout if those ranks are just slow."
-        ) from None
+        _wait_for(store, waits, rank, graph_name, timeout_s)
+    except CollectiveMismatchError as exc:  # a timeout: peers waiting for this rank learn why
+        failures.publish(exc, "the cross-rank check", graph_name, store=store)
+        raise exc from None
     problems = []
-    for scope, _, other, key in waits:
+    for scope, _, other, key, _ in waits:
         theirs = json.loads(store.get(key))["fp"]
-        problems += compare(rank, scopes_of(fp, rank)[scope][1], {other: theirs})
+        problems += compare(rank, scopes[scope][1], {other: theirs})
     if problems:
         raise CollectiveMismatchError(
             f"rank {rank}: ranks compiled different collectives in {graph_name}; running it "
@@ -292,6 +330,9 @@ def guard_first_run(runner, ctx: GraphContext):
     """Wrap ``runner``: cross-rank check before its first run, clear errors on peer faults.
 
     Returns ``runner`` unchanged when the graph has no collectives or no process group exists.
+    A failure of the check or of the first run (lazy backend compilation) is published to the
+    peers (:mod:`.failures`). After the first run a call costs one frame and a ``try`` (AOT
+    holds the returned callable, so it cannot be swapped for the bare runner).
     """
     if not (dist.is_available() and dist.is_initialized()):
         return runner
@@ -300,27 +341,45 @@ def guard_first_run(runner, ctx: GraphContext):
         return runner
     check = bool(_option(ctx.config, "consistency_check", True))
     timeout_s = float(_option(ctx.config, "consistency_timeout", 60))
-    boxed = getattr(runner, "_boxed_call", False)
-    state = {"checked": not check}
+    call = runner if getattr(runner, "_boxed_call", False) else (lambda args: runner(*args))
     rank = dist.get_rank()
+    first = [True]
 
-    def run(args):
+    def fault(exc):
+        return CollectiveFaultError(
+            f"rank {rank}: a collective of {ctx.graph_name} failed — a peer rank probably "
+            f"died or stopped (the process-group timeout bounds the wait). The graph's "
+            f"collectives: {'; '.join(_describe(e) for e in fp[:4])}"
+            f"{' ...' if len(fp) > 4 else ''}. Cause: {exc}")
+
+    def first_run(args):
         global last_check_seconds
-        if not state["checked"]:
-            last_check_seconds = exchange_and_check(fp, ctx.graph_name, timeout_s)
-            state["checked"] = True
+        first[0] = False
+        if check:
+            try:
+                last_check_seconds = exchange_and_check(fp, ctx.graph_name, timeout_s)
+            except BaseException:
+                first[0] = True  # a retried call checks again
+                raise
             log.debug("rank %d: %s consistent across ranks (%d collectives, %.1f ms)", rank,
                       ctx.graph_name, len(fp), last_check_seconds * 1e3)
         try:
-            return runner(args) if boxed else runner(*args)
+            return call(args)
+        except (RuntimeError, TimeoutError) as exc:
+            if isinstance(exc, TorchairDistError) or not _is_comm_failure(exc):
+                failures.publish(exc, "the first run", ctx.graph_name)
+                raise
+            raise fault(exc) from exc
+
+    def run(args):
+        if first[0]:
+            return first_run(args)
+        try:
+            return call(args)
         except (RuntimeError, TimeoutError) as exc:
             if isinstance(exc, TorchairDistError) or not _is_comm_failure(exc):
                 raise
-            raise CollectiveFaultError(
-                f"rank {rank}: a collective of {ctx.graph_name} failed — a peer rank probably "
-                f"died or stopped (the process-group timeout bounds the wait). The graph's "
-                f"collectives: {'; '.join(_describe(e) for e in fp[:4])}"
-                f"{' ...' if len(fp) > 4 else ''}. Cause: {exc}") from exc
+            raise fault(exc) from exc
 
     run._boxed_call = True
     return run

@@ -352,6 +352,9 @@ def install() -> None:
     global _installed
     if _installed is not None:
         return
+    from .failures import install_trace_hook
+
+    install_trace_hook()  # ranks fail together: a rank's trace failure reaches its peers
     from torch._dynamo.decorators import substitute_in_graph
     from torch._dynamo.trace_rules import is_polyfilled_callable
 
