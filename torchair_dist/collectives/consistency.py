@@ -147,7 +147,7 @@ def collective_fingerprint(gm: torch.fx.GraphModule) -> List[Dict[str, Any]]:
             numel = [_numel(t) for t in args[0]]
         else:
             shape = _shape(tensor, keep_dim0=kind not in _VARIABLE_DIM0)
-            if kind in _P2P_KINDS:
+            if kind in _P2P_KINDS or kind == "broadcast":
                 numel = _numel(tensor)
         entry = {"op": kind, "group": list(groups.ranks_of(args[g_index])),
                  "dtype": _dtype(tensor), "shape": shape, **extra(args), "where": _where(node)}

@@ -33,7 +33,8 @@ def _all_gather_list(cx, output_like, x, group_name):
     group, ranks = _group(group_name)
     me = ranks.index(cx.rank) if cx.rank in ranks else 0
     outs = [cx.out(i) for i in range(len(output_like))]
-    if all(tuple(o.shape) == tuple(x.shape) for o in output_like) and all(d >= 0 for d in x.shape):
+    static = all(d >= 0 for d in x.shape) and all(d >= 0 for o in output_like for d in o.shape)
+    if static and all(math.prod(o.shape) == math.prod(x.shape) for o in output_like):
         n = math.prod(x.shape)
         flat = cx.reshape(x, [-1], [n])
         gathered = cx.emit1("HcomAllGather", [("x", flat)],
