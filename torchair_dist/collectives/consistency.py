@@ -58,6 +58,20 @@ def _shape(node_arg, keep_dim0: bool = True) -> List[str]:
     return dims if keep_dim0 else ["*"] + dims[1:]
 
 
+def _hint(node_arg, numel: bool = False):
+    """This compile's concrete sizes (what the first run moves) — compared where one rank's size
+    is symbolic and the other's is not (a rank may specialise, e.g. a received shape)."""
+    from torch.fx.experimental.symbolic_shapes import optimization_hint as size_hint
+
+    val = node_arg.meta.get("val") if isinstance(node_arg, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return None
+    try:
+        return int(size_hint(val.numel())) if numel else [int(size_hint(d)) for d in val.shape]
+    except Exception:  # noqa: BLE001 - unbacked sizes have no hint
+        return None
+
+
 def _numel(node_arg) -> str:
     val = node_arg.meta.get("val") if isinstance(node_arg, torch.fx.Node) else None
     return str(val.numel()) if isinstance(val, torch.Tensor) else "?"
@@ -153,6 +167,10 @@ def collective_fingerprint(gm: torch.fx.GraphModule) -> List[Dict[str, Any]]:
                  "dtype": _dtype(tensor), "shape": shape, **extra(args), "where": _where(node)}
         if numel is not None:  # matched by what the transport moves: dtype + element count
             entry["numel"] = numel
+            entry["hint"] = ([_hint(t, numel=True) for t in args[0]] if kind == "all_gather_list"
+                             else _hint(tensor, numel=True))
+        else:
+            entry["hint"] = _hint(tensor)
         entries.append(entry)
     _canonical_symbols(entries)
     return entries
@@ -167,14 +185,39 @@ def _describe(entry: Optional[Dict[str, Any]]) -> str:
             f"on ranks {entry['group']} at {entry['where']}")
 
 
-def _key(entry: Dict[str, Any], *, as_sent: bool = False) -> Tuple:
-    """What must be equal across ranks. Entries with ``numel`` (p2p, list all-gather outputs)
-    match by dtype and element count: the same bytes may land in another shape."""
-    skip = ("where", "peer", "shape") if "numel" in entry else ("where", "peer")
-    fields = {k: v for k, v in entry.items() if k not in skip}
+_SIZE_FIELDS = ("where", "peer", "shape", "numel", "hint")
+
+
+def _sizes_match(a, b, hint_a, hint_b) -> bool:
+    """Sizes (nested lists of dim strings) agree: equal strings, or — where one side is symbolic
+    and the other is not — equal concrete hints of this compile."""
+    if isinstance(a, list) or isinstance(b, list):
+        if not (isinstance(a, list) and isinstance(b, list)) or len(a) != len(b):
+            return False
+        ha = hint_a if isinstance(hint_a, list) else [None] * len(a)
+        hb = hint_b if isinstance(hint_b, list) else [None] * len(b)
+        return all(_sizes_match(x, y, p, q) for x, y, p, q in zip(a, b, ha, hb))
+    if a == b:
+        return True
+    if str(a).isdigit() and str(b).isdigit():
+        return False
+    if a == "*" or b == "*":
+        return True
+    return hint_a is not None and hint_a == hint_b
+
+
+def _same(ea: Dict[str, Any], eb: Dict[str, Any], *, as_sent: bool = False) -> bool:
+    """Two entries describe the same collective. Entries with ``numel`` (p2p, broadcast, list
+    all-gather outputs) match by dtype and element count: the same bytes may land in another
+    shape."""
+    fa = {k: v for k, v in ea.items() if k not in _SIZE_FIELDS}
+    fb = {k: v for k, v in eb.items() if k not in _SIZE_FIELDS}
     if as_sent:
-        fields["op"] = "p2p"
-    return tuple(sorted((k, json.dumps(v)) for k, v in fields.items()))
+        fa["op"] = fb["op"] = "p2p"
+    if fa != fb or ("numel" in ea) != ("numel" in eb):
+        return False
+    field = "numel" if "numel" in ea else "shape"
+    return _sizes_match(ea[field], eb[field], ea.get("hint"), eb.get("hint"))
 
 
 # ------------------------------------------------------------------------------ comparison
@@ -211,7 +254,7 @@ def compare(rank: int, mine: Sequence[Dict], theirs: Dict[int, Sequence[Dict]]) 
             b = [e for e in fp if e["op"] not in _P2P_KINDS and tuple(e["group"]) == group]
             for i in range(max(len(a), len(b))):
                 ea, eb = (a[i] if i < len(a) else None), (b[i] if i < len(b) else None)
-                if ea is None or eb is None or _key(ea) != _key(eb):
+                if ea is None or eb is None or not _same(ea, eb):
                     problems.append(
                         f"collective #{i} on group {list(group)}: rank {rank} has "
                         f"{_describe(ea)}; rank {other} has {_describe(eb)}")
@@ -222,7 +265,7 @@ def compare(rank: int, mine: Sequence[Dict], theirs: Dict[int, Sequence[Dict]]) 
             b = [e for e in fp if e["op"] == dual and e["peer"] == rank]
             for i in range(max(len(a), len(b))):
                 ea, eb = (a[i] if i < len(a) else None), (b[i] if i < len(b) else None)
-                if ea is None or eb is None or _key(ea, as_sent=True) != _key(eb, as_sent=True):
+                if ea is None or eb is None or not _same(ea, eb, as_sent=True):
                     problems.append(
                         f"{kind} #{i} between ranks {rank} and {other} is unmatched: rank "
                         f"{rank} has {_describe(ea)}; rank {other} has {_describe(eb)}")
