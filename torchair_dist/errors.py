@@ -47,6 +47,11 @@ class CollectiveMismatchError(TorchairDistError, RuntimeError):
     """Ranks compiled different collective sequences; the message names the first divergence."""
 
 
+class PeerFailedError(TorchairDistError, RuntimeError):
+    """A peer rank failed while compiling a graph this rank shares collectives with; the message
+    names the rank(s), where they failed and their error (ranks fail together)."""
+
+
 class CollectiveFaultError(TorchairDistError, RuntimeError):
     """A collective of a compiled graph failed at run time (a peer died, stopped or timed out)."""
 

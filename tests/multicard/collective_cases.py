@@ -456,16 +456,17 @@ def run_cases(rank, ws, names, mode, dynamic):
     return out
 
 
-def check_recorded(name, per_rank, ws):
-    """Parent side: one Dynamo graph and the expected collectives on every rank."""
+def check_recorded(name, per_rank, ws, graphs=1):
+    """Parent side: ``graphs`` Dynamo graphs (1: no recompile) and the expected collectives
+    on every rank."""
     expect = CASES[name]["expect"]
     problems = []
     for rank, rec in enumerate(per_rank):
         if isinstance(rec, str):
             problems.append(f"rank {rank} raised:\n{rec}")
             continue
-        if rec["dynamo_graphs"] != 1:
-            problems.append(f"rank {rank}: {rec['dynamo_graphs']} Dynamo graphs (want 1)")
+        if rec["dynamo_graphs"] != graphs:
+            problems.append(f"rank {rank}: {rec['dynamo_graphs']} Dynamo graphs (want {graphs})")
         wanted = {k: v for k, v in expect(rank, ws).items() if v}
         for ops in rec["aot_ops"]:
             if dict(collections.Counter(ops)) != wanted:

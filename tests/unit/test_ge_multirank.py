@@ -140,7 +140,9 @@ EXPECTED_HCOM = {
     "all_reduce_inplace": ["HcomAllReduce"], "all_reduce_max": ["HcomAllReduce"],
     "all_reduce_avg": ["HcomAllReduce"], "all_reduce_input_mutation": ["HcomAllReduce"],
     "all_gather": ["HcomAllGather"], "reduce_scatter": ["HcomReduceScatter"],
-    "all_to_all_even": ["HcomAllToAll"], "all_to_all_uneven": ["HcomAllToAllV"],
+    # explicit split lists (the remap records them even for a split-less call) always lower to
+    # HcomAllToAllV: the choice follows what every rank shares, never one rank's sizes
+    "all_to_all_even": ["HcomAllToAllV"], "all_to_all_uneven": ["HcomAllToAllV"],
     "broadcast": ["HcomBroadcast"], "a2a_v": ["HcomAllToAllV"],
     "send_recv": ["HcomReceive", "HcomSend"], "list_all_gather_unequal": ["HcomBroadcast"],
     "list_all_gather_equal": ["HcomAllGather"],
@@ -151,10 +153,7 @@ EXPECTED_HCOM = {
 def test_collective_matches_eager_on_2_ranks(ranks2, name):
     results = ranks2.run(_run_case, name, timeout=180)
     for rank, (hcom, group_names) in enumerate(results):
-        expected = EXPECTED_HCOM[name]
-        if name == "all_to_all_uneven" and rank == 1:
-            expected = ["HcomAllToAll"]  # rank 1's own splits are even (see the converter)
-        assert hcom == expected
+        assert hcom == EXPECTED_HCOM[name], f"rank {rank}"  # the same lowering on every rank
         assert group_names == ["tag=;ranks=0,1"]  # the stable name, identical on both ranks
 
 
@@ -280,7 +279,7 @@ def _run_moe(rank, world_size):
 def test_moe_all_to_all_with_data_dependent_splits(ranks2):
     for n_graphs, hcom in ranks2.run(_run_moe, timeout=180):
         assert n_graphs == 1
-        assert hcom == ["HcomAllToAll", "HcomAllToAllV", "HcomAllToAllV"]
+        assert hcom == ["HcomAllToAllV", "HcomAllToAllV", "HcomAllToAllV"]
 
 
 def _tp_llama(rank, world_size):

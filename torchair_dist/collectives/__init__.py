@@ -9,5 +9,6 @@ Modules (one concern each):
 * :mod:`.decompositions` — the default decomposition table merged first by ``get_npu_backend``;
 * :mod:`.p2p` — send/recv preprocessing of the Dynamo graph (tags, GE ordering strategy);
 * :mod:`.groups` — stable group names derived from (tag, ranks);
-* :mod:`.consistency` — cross-rank fingerprint check before a graph's first run, peer faults.
+* :mod:`.consistency` — cross-rank fingerprint check before a graph's first run, peer faults;
+* :mod:`.failures` — a rank's compile failure published to its peers (ranks fail together).
 """

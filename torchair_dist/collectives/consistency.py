@@ -26,7 +26,6 @@ error or timeout, bounded by the process-group timeout) is re-raised as
 from __future__ import annotations
 
 import collections
-import datetime
 import json
 import logging
 import os
@@ -37,9 +36,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
+from ..errors import (CollectiveFaultError, CollectiveMismatchError, PeerFailedError,
+                      TorchairDistError)
 from ..graph_context import GraphContext
-from ..errors import CollectiveFaultError, CollectiveMismatchError, TorchairDistError
-from . import groups
+from . import failures, groups
 from .p2p import op_name
 
 log = logging.getLogger("torchair_dist")
@@ -55,6 +55,25 @@ def _shape(node_arg, keep_dim0: bool = True) -> List[str]:
         return ["?"]
     dims = [str(d) for d in val.shape]
     return dims if keep_dim0 else ["*"] + dims[1:]
+
+
+def _hint(node_arg, numel: bool = False):
+    """This compile's concrete sizes (what the first run moves) — compared where one rank's size
+    is symbolic and the other's is not (a rank may specialise, e.g. a received shape)."""
+    from torch.fx.experimental.symbolic_shapes import optimization_hint as size_hint
+
+    val = node_arg.meta.get("val") if isinstance(node_arg, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return None
+    try:
+        return int(size_hint(val.numel())) if numel else [int(size_hint(d)) for d in val.shape]
+    except Exception:  # noqa: BLE001 - unbacked sizes have no hint
+        return None
+
+
+def _numel(node_arg) -> str:
+    val = node_arg.meta.get("val") if isinstance(node_arg, torch.fx.Node) else None
+    return str(val.numel()) if isinstance(val, torch.Tensor) else "?"
 
 
 def _dtype(node_arg) -> str:
@@ -118,7 +137,9 @@ def _canonical_symbols(entries: List[Dict[str, Any]]) -> None:
         return names[sym]
 
     for e in entries:
-        e["shape"] = json.loads(_SYMBOL.sub(rename, json.dumps(e["shape"])))
+        for field in ("shape", "numel"):
+            if field in e:
+                e[field] = json.loads(_SYMBOL.sub(rename, json.dumps(e[field])))
 
 
 def collective_fingerprint(gm: torch.fx.GraphModule) -> List[Dict[str, Any]]:
@@ -133,14 +154,22 @@ def collective_fingerprint(gm: torch.fx.GraphModule) -> List[Dict[str, Any]]:
         kind, t_index, g_index, extra = spec
         args = list(node.args)
         tensor = args[t_index]
-        if kind == "all_gather_list":  # the outputs' shapes must agree, the input's may not
+        numel = None
+        if kind == "all_gather_list":  # the outputs' sizes must agree, the input's may not
             shape = [_shape(t) for t in args[0]]
-            dtype = _dtype(tensor)
+            numel = [_numel(t) for t in args[0]]
         else:
             shape = _shape(tensor, keep_dim0=kind not in _VARIABLE_DIM0)
-            dtype = _dtype(tensor)
-        entry = {"op": kind, "group": list(groups.ranks_of(args[g_index])), "dtype": dtype,
-                 "shape": shape, **extra(args), "where": _where(node)}
+            if kind in _P2P_KINDS or kind == "broadcast":
+                numel = _numel(tensor)
+        entry = {"op": kind, "group": list(groups.ranks_of(args[g_index])),
+                 "dtype": _dtype(tensor), "shape": shape, **extra(args), "where": _where(node)}
+        if numel is not None:  # matched by what the transport moves: dtype + element count
+            entry["numel"] = numel
+            entry["hint"] = ([_hint(t, numel=True) for t in args[0]] if kind == "all_gather_list"
+                             else _hint(tensor, numel=True))
+        else:
+            entry["hint"] = _hint(tensor)
         entries.append(entry)
     _canonical_symbols(entries)
     return entries
@@ -155,11 +184,39 @@ def _describe(entry: Optional[Dict[str, Any]]) -> str:
             f"on ranks {entry['group']} at {entry['where']}")
 
 
-def _key(entry: Dict[str, Any], *, as_sent: bool = False) -> Tuple:
-    fields = {k: v for k, v in entry.items() if k not in ("where", "peer")}
+_SIZE_FIELDS = ("where", "peer", "shape", "numel", "hint")
+
+
+def _sizes_match(a, b, hint_a, hint_b) -> bool:
+    """Sizes (nested lists of dim strings) agree: equal strings, or — where one side is symbolic
+    and the other is not — equal concrete hints of this compile."""
+    if isinstance(a, list) or isinstance(b, list):
+        if not (isinstance(a, list) and isinstance(b, list)) or len(a) != len(b):
+            return False
+        ha = hint_a if isinstance(hint_a, list) else [None] * len(a)
+        hb = hint_b if isinstance(hint_b, list) else [None] * len(b)
+        return all(_sizes_match(x, y, p, q) for x, y, p, q in zip(a, b, ha, hb))
+    if a == b:
+        return True
+    if str(a).isdigit() and str(b).isdigit():
+        return False
+    if a == "*" or b == "*":
+        return True
+    return hint_a is not None and hint_a == hint_b
+
+
+def _same(ea: Dict[str, Any], eb: Dict[str, Any], *, as_sent: bool = False) -> bool:
+    """Two entries describe the same collective. Entries with ``numel`` (p2p, broadcast, list
+    all-gather outputs) match by dtype and element count: the same bytes may land in another
+    shape."""
+    fa = {k: v for k, v in ea.items() if k not in _SIZE_FIELDS}
+    fb = {k: v for k, v in eb.items() if k not in _SIZE_FIELDS}
     if as_sent:
-        fields["op"] = "p2p"
-    return tuple(sorted((k, json.dumps(v)) for k, v in fields.items()))
+        fa["op"] = fb["op"] = "p2p"
+    if fa != fb or ("numel" in ea) != ("numel" in eb):
+        return False
+    field = "numel" if "numel" in ea else "shape"
+    return _sizes_match(ea[field], eb[field], ea.get("hint"), eb.get("hint"))
 
 
 # ------------------------------------------------------------------------------ comparison
@@ -196,7 +253,7 @@ def compare(rank: int, mine: Sequence[Dict], theirs: Dict[int, Sequence[Dict]]) 
             b = [e for e in fp if e["op"] not in _P2P_KINDS and tuple(e["group"]) == group]
             for i in range(max(len(a), len(b))):
                 ea, eb = (a[i] if i < len(a) else None), (b[i] if i < len(b) else None)
-                if ea is None or eb is None or _key(ea) != _key(eb):
+                if ea is None or eb is None or not _same(ea, eb):
                     problems.append(
                         f"collective #{i} on group {list(group)}: rank {rank} has "
                         f"{_describe(ea)}; rank {other} has {_describe(eb)}")
@@ -207,7 +264,7 @@ def compare(rank: int, mine: Sequence[Dict], theirs: Dict[int, Sequence[Dict]]) 
             b = [e for e in fp if e["op"] == dual and e["peer"] == rank]
             for i in range(max(len(a), len(b))):
                 ea, eb = (a[i] if i < len(a) else None), (b[i] if i < len(b) else None)
-                if ea is None or eb is None or _key(ea, as_sent=True) != _key(eb, as_sent=True):
+                if ea is None or eb is None or not _same(ea, eb, as_sent=True):
                     problems.append(
                         f"{kind} #{i} between ranks {rank} and {other} is unmatched: rank "
                         f"{rank} has {_describe(ea)}; rank {other} has {_describe(eb)}")
@@ -217,49 +274,69 @@ def compare(rank: int, mine: Sequence[Dict], theirs: Dict[int, Sequence[Dict]]) 
 
 # ------------------------------------------------------------------------------- exchange
 _check_counts: Dict[str, int] = collections.defaultdict(int)
-_epoch = [0]
+_epoch = failures._epoch  # shared with the failure records
 
 
-def reset_check_sequence() -> None:
-    """Start a new check sequence. After a check failed by timeout the ranks are out of step
-    (the error is meant to be fatal); a program that survives one calls this on every rank."""
+def reset_check_sequence(epoch: Optional[int] = None) -> None:
+    """Start a new check sequence (and a clean failure board). After a failed check the ranks
+    are out of step (the error is meant to be fatal); a program that survives one calls this on
+    every rank (with the same ``epoch`` when given)."""
     _check_counts.clear()
-    _epoch[0] += 1
+    failures.set_epoch(epoch)
+
+
+def _wait_for(store, waits, rank: int, graph_name: str, timeout_s: float) -> None:
+    """Wait until every key of ``waits`` exists; raise PeerFailedError as soon as a rank whose
+    key is missing has published a failure, CollectiveMismatchError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(waits)
+    while pending:
+        # store.check, not short store.wait()s: a timed-out wait logs c10d socket warnings
+        pending = [w for w in pending if not store.check([w[3]])]
+        if not pending:
+            return
+        failed = failures.failed_peers({w[2] for w in pending}, store=store)
+        if failed:
+            raise PeerFailedError(
+                f"rank {rank}: cannot run {graph_name}: {failures.describe(failed)}. This rank "
+                f"compiled fine; the failed rank(s) never reached the cross-rank check, so the "
+                f"collectives they share with this rank would hang.")
+        if time.monotonic() >= deadline and pending:
+            raise CollectiveMismatchError(
+                f"rank {rank}: cross-rank check of {graph_name} timed out after {timeout_s:g}s: "
+                f"rank(s) {sorted({w[2] for w in pending})} published no collectives for "
+                f"{', '.join(sorted({f'{w[0]} (check #{w[1]})' for w in pending}))} — they "
+                f"compiled a graph with other collectives or groups, took a path without them, "
+                f"or died. This rank's first collective there: {pending[0][4]}. Raise "
+                f"distributed_config.consistency_timeout if those ranks are just slow.")
+        time.sleep(min(failures.POLL_S, max(0.0, deadline - time.monotonic())))
 
 
 def exchange_and_check(fp: List[Dict], graph_name: str, timeout_s: float,
                        store=None) -> float:
-    """Publish ``fp`` per scope, read the peers', raise CollectiveMismatchError on a difference.
-
-    Returns the seconds it took.
-    """
+    """Publish ``fp`` per scope, read the peers', raise CollectiveMismatchError on a difference
+    (PeerFailedError when a peer published a failure instead). Returns the seconds it took."""
     t0 = time.perf_counter()
     rank = dist.get_rank()
     store = store if store is not None else dist.distributed_c10d._get_default_store()
-    waits = []  # (scope, seq, other rank, key)
-    for scope, (others, entries) in sorted(scopes_of(fp, rank).items()):
+    waits = []  # (scope, seq, other rank, key, description of this rank's first entry)
+    scopes = scopes_of(fp, rank)
+    for scope, (others, entries) in sorted(scopes.items()):
         seq = _check_counts[scope]
         _check_counts[scope] += 1
         base = f"{_PREFIX}/{_epoch[0]}/{scope}/{seq}"
         store.set(f"{base}/{rank}", json.dumps({"graph": graph_name, "fp": entries}))
-        waits += [(scope, seq, other, f"{base}/{other}") for other in others]
+        waits += [(scope, seq, other, f"{base}/{other}", _describe(entries[0]))
+                  for other in others]
     try:
-        store.wait([w[3] for w in waits], datetime.timedelta(seconds=timeout_s))
-    except Exception:  # noqa: BLE001 - c10d raises DistStoreError / RuntimeError on timeout
-        missing = [w for w in waits if not store.check([w[3]])]
-        raise CollectiveMismatchError(
-            f"rank {rank}: cross-rank check of {graph_name} timed out after {timeout_s:g}s: "
-            f"rank(s) {sorted({w[2] for w in missing})} published no collectives for "
-            f"{', '.join(sorted({f'{w[0]} (check #{w[1]})' for w in missing}))} — they compiled "
-            f"a graph with other collectives or groups, took a path without them, or died. "
-            f"This rank's first collective there: "
-            f"{_describe(scopes_of(fp, rank)[missing[0][0]][1][0])}. Raise "
-            f"distributed_config.consistency_timeout if those ranks are just slow."
-        ) from None
+        _wait_for(store, waits, rank, graph_name, timeout_s)
+    except CollectiveMismatchError as exc:  # a timeout: peers waiting for this rank learn why
+        failures.publish(exc, "the cross-rank check", graph_name, store=store)
+        raise exc from None
     problems = []
-    for scope, _, other, key in waits:
+    for scope, _, other, key, _ in waits:
         theirs = json.loads(store.get(key))["fp"]
-        problems += compare(rank, scopes_of(fp, rank)[scope][1], {other: theirs})
+        problems += compare(rank, scopes[scope][1], {other: theirs})
     if problems:
         raise CollectiveMismatchError(
             f"rank {rank}: ranks compiled different collectives in {graph_name}; running it "
@@ -292,6 +369,9 @@ def guard_first_run(runner, ctx: GraphContext):
     """Wrap ``runner``: cross-rank check before its first run, clear errors on peer faults.
 
     Returns ``runner`` unchanged when the graph has no collectives or no process group exists.
+    A failure of the check or of the first run (lazy backend compilation) is published to the
+    peers (:mod:`.failures`). After the first run a call costs one frame and a ``try`` (AOT
+    holds the returned callable, so it cannot be swapped for the bare runner).
     """
     if not (dist.is_available() and dist.is_initialized()):
         return runner
@@ -300,27 +380,45 @@ def guard_first_run(runner, ctx: GraphContext):
         return runner
     check = bool(_option(ctx.config, "consistency_check", True))
     timeout_s = float(_option(ctx.config, "consistency_timeout", 60)) if check else 0.0
-    boxed = getattr(runner, "_boxed_call", False)
-    state = {"checked": not check}
+    call = runner if getattr(runner, "_boxed_call", False) else (lambda args: runner(*args))
     rank = dist.get_rank()
+    first = [True]
 
-    def run(args):
+    def fault(exc):
+        return CollectiveFaultError(
+            f"rank {rank}: a collective of {ctx.graph_name} failed — a peer rank probably "
+            f"died or stopped (the process-group timeout bounds the wait). The graph's "
+            f"collectives: {'; '.join(_describe(e) for e in fp[:4])}"
+            f"{' ...' if len(fp) > 4 else ''}. Cause: {exc}")
+
+    def first_run(args):
         global last_check_seconds
-        if not state["checked"]:
-            last_check_seconds = exchange_and_check(fp, ctx.graph_name, timeout_s)
-            state["checked"] = True
+        first[0] = False
+        if check:
+            try:
+                last_check_seconds = exchange_and_check(fp, ctx.graph_name, timeout_s)
+            except BaseException:
+                first[0] = True  # a retried call checks again
+                raise
             log.debug("rank %d: %s consistent across ranks (%d collectives, %.1f ms)", rank,
                       ctx.graph_name, len(fp), last_check_seconds * 1e3)
         try:
-            return runner(args) if boxed else runner(*args)
+            return call(args)
+        except (RuntimeError, TimeoutError) as exc:
+            if isinstance(exc, TorchairDistError) or not _is_comm_failure(exc):
+                failures.publish(exc, "the first run", ctx.graph_name)
+                raise
+            raise fault(exc) from exc
+
+    def run(args):
+        if first[0]:
+            return first_run(args)
+        try:
+            return call(args)
         except (RuntimeError, TimeoutError) as exc:
             if isinstance(exc, TorchairDistError) or not _is_comm_failure(exc):
                 raise
-            raise CollectiveFaultError(
-                f"rank {rank}: a collective of {ctx.graph_name} failed — a peer rank probably "
-                f"died or stopped (the process-group timeout bounds the wait). The graph's "
-                f"collectives: {'; '.join(_describe(e) for e in fp[:4])}"
-                f"{' ...' if len(fp) > 4 else ''}. Cause: {exc}") from exc
+            raise fault(exc) from exc
 
     run._boxed_call = True
     return run

@@ -2,7 +2,7 @@
 
 The table (``{op overload: function}``), applied by AOT autograd while it traces the graph:
 
-* ``torchair_dist.all_gather`` (the list all-gather the remap emits): equal sizes -> ONE
+* ``torchair_dist.all_gather`` (the list all-gather the remap emits): equal element counts -> ONE
   ``_c10d_functional.all_gather_into_tensor`` of the flattened input + ``wait_tensor`` + slices
   reshaped to the users' sizes; unequal sizes -> ONE ``_c10d_functional.broadcast`` per group rank
   (TorchAir's ``allgather_decomposition``).
@@ -28,8 +28,8 @@ from . import groups
 from .ops import op
 
 
-def _same_shape(a, b) -> bool:
-    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
+def _same_numel(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return statically_known_true(a.numel() == b.numel())
 
 
 def decompose_all_gather(output_like: List[torch.Tensor], input: torch.Tensor,
@@ -37,7 +37,9 @@ def decompose_all_gather(output_like: List[torch.Tensor], input: torch.Tensor,
     pg = groups.to_process_group(group_name)
     c10d_name = pg.group_name
     world = len(output_like)
-    if all(_same_shape(t.shape, input.shape) for t in output_like):
+    # Element counts, not shapes, decide (what every rank shares: the list's sizes are the same
+    # on every rank, so all ranks make the same choice; a piece may land in another shape).
+    if all(_same_numel(t, input) for t in output_like):
         n = input.numel()
         flat = input.contiguous().reshape(-1)
         gathered = torch.ops._c10d_functional.all_gather_into_tensor(flat, world, c10d_name)

@@ -114,3 +114,32 @@ def resolve(name: str) -> "dist.ProcessGroup":
 def group_name_of_world() -> Optional[str]:
     """The stable name of the default group, or None when torch.distributed is not initialised."""
     return stable_name_of(None) if dist.is_initialized() else None
+
+
+_hccl_warned: set = set()
+
+
+def ge_group_attr(group: GroupLike) -> str:
+    """The ``group`` attribute GE gets for a group: on Ascend (torch_npu) the HCCL communicator
+    name, read lazily at conversion (``pg._get_backend(npu).get_hccl_comm_name(rank)``);
+    elsewhere — and, with one warning, when the communicator cannot be read — the stable
+    rank-based name, which the reference GE runtime resolves."""
+    stable = stable_name_of(group)
+    from .. import platform
+
+    if platform.current().name != "npu":
+        return stable
+    try:
+        import torch
+
+        pg = resolve(stable)
+        return pg._get_backend(torch.device("npu")).get_hccl_comm_name(dist.get_rank())
+    except Exception as exc:  # noqa: BLE001 - degrade to the stable name, clearly
+        if stable not in _hccl_warned:
+            _hccl_warned.add(stable)
+            import logging
+
+            logging.getLogger("torchair_dist").warning(
+                "no HCCL communicator name for group %s (%s); GE gets the rank-based name, "
+                "which only the reference runtime resolves", stable, exc)
+        return stable

@@ -28,6 +28,7 @@ that escapes the compiled function, object collectives (``*_object*``), ``monito
 """
 from __future__ import annotations
 
+import warnings
 from typing import Dict, List, Optional
 
 import torch
@@ -98,6 +99,34 @@ def _finish(work: CapturedWork, async_op: bool):
 
 
 # ------------------------------------------------------------------ trace-time group helpers
+_warned_outside: set = set()
+
+
+def _outside(group) -> bool:
+    """This rank is not in ``group`` (c10d hands non-members ``GroupMember.NON_GROUP_MEMBER``,
+    an int that ``dynamic=True`` may trace as a SymInt): eager skips the call, and so do we."""
+    return group is not None and not isinstance(group, dist.ProcessGroup)
+
+
+@torch._dynamo.assume_constant_result
+def _warn_outside(api: str) -> bool:
+    """Runs at trace time (Dynamo calls it with the constant ``api`` and folds the result)."""
+    if api not in _warned_outside:
+        _warned_outside.add(api)
+        warnings.warn(f"torch.distributed.{api}: this rank is not a member of the group; the "
+                      f"call is skipped (as in eager)", UserWarning, stacklevel=2)
+    return True
+
+
+def _skip(api: str, async_op: bool = False, result=None):
+    """A no-op for a non-member, like eager (which warns at every call; we warn once per API,
+    at trace time)."""
+    _warn_outside(api)
+    if async_op:
+        return CapturedWork(None, [])
+    return result
+
+
 def _pg(group):
     return dist.group.WORLD if group is None else group
 
@@ -132,6 +161,8 @@ def _reduce_op(op) -> str:
 
 # ------------------------------------------------------------------------------ replacements
 def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    if _outside(group):
+        return _skip("all_reduce", async_op)
     group = _pg(group)
     name = _reduce_op(op)
     scale = None
@@ -143,12 +174,16 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
 
 def barrier(group=None, async_op=False, device_ids=None):
     """An in-graph barrier (side-effectful, never reordered against other collectives)."""
+    if _outside(group):
+        return _skip("barrier", async_op)
     group = _pg(group)
     _td.barrier(torch.zeros(1), _stable_name(group))
     return _finish(CapturedWork(None, []), async_op)
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    if _outside(group):
+        return _skip("all_gather_into_tensor", async_op)
     group = _pg(group)
     world = len(_ranks(group))
     res = _fn.all_gather_into_tensor(input_tensor.contiguous(), world, group.group_name)
@@ -161,6 +196,8 @@ def _all_gather_base(output_tensor, input_tensor, group=None, async_op=False):
 
 
 def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    if _outside(group):
+        return _skip("reduce_scatter_tensor", async_op)
     group = _pg(group)
     world = len(_ranks(group))
     name = _reduce_op(op)
@@ -185,6 +222,8 @@ def _split_list(sizes):
 
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None,
                       group=None, async_op=False):
+    if _outside(group):
+        return _skip("all_to_all_single", async_op)
     group = _pg(group)
     world = len(_ranks(group))
     out_splits = _split_list(output_split_sizes)
@@ -199,6 +238,8 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
 
 def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
     """List form: pieces of any (also zero) size, flattened into one all_to_all_single."""
+    if _outside(group):
+        return _skip("all_to_all", async_op)
     group = _pg(group)
     flat = torch.cat([t.reshape(-1) for t in input_tensor_list])
     in_counts = [t.numel() for t in input_tensor_list]
@@ -209,6 +250,8 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     """List form, equal or unequal sizes: one ``torchair_dist.all_gather`` (decomposed later)."""
+    if _outside(group):
+        return _skip("all_gather", async_op)
     group = _pg(group)
     res = _td.all_gather(list(tensor_list), tensor, _stable_name(group))
     work = _ListWork(res, list(tensor_list))
@@ -232,6 +275,8 @@ class _ListWork:
 
 
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
+    if _outside(group):
+        return _skip("broadcast", async_op)
     group = _pg(group)
     ranks = _ranks(group)
     if group_src is not None:
@@ -243,22 +288,30 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
 
 
 def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
+    if _outside(group):
+        return _skip("isend", True)
     group = _pg(group)
     token = _td.send(tensor, _global_peer(group, dst, group_dst), tag, _stable_name(group))
     return CapturedWork(None, [], token=token)
 
 
 def irecv(tensor, src=None, group=None, tag=0, group_src=None):
+    if _outside(group):
+        return _skip("irecv", True)
     group = _pg(group)
     res = _td.recv(tensor, _global_peer(group, src, group_src), tag, _stable_name(group))
     return CapturedWork(res, [tensor])
 
 
 def send(tensor, dst=None, group=None, tag=0, group_dst=None):
+    if _outside(group):
+        return _skip("send", False)
     isend(tensor, dst, group, tag, group_dst).wait()
 
 
 def recv(tensor, src=None, group=None, tag=0, group_src=None):
+    if _outside(group):
+        return _skip("recv", False, -1)
     irecv(tensor, src, group, tag, group_src).wait()
     group = _pg(group)
     return _global_peer(group, src, group_src)
@@ -276,6 +329,8 @@ def batch_isend_irecv(p2p_op_list):
 # ----------------------------------------------------- rooted collectives (over the above)
 def reduce(tensor, dst=None, op=dist.ReduceOp.SUM, group=None, async_op=False, group_dst=None):
     """An all_reduce whose result only the destination keeps (others' tensors stay unchanged)."""
+    if _outside(group):
+        return _skip("reduce", async_op)
     group = _pg(group)
     root = _global_peer(group, dst, group_dst)
     name = _reduce_op(op)
@@ -289,6 +344,8 @@ def reduce(tensor, dst=None, op=dist.ReduceOp.SUM, group=None, async_op=False, g
 
 def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
     """A list all_gather whose result only the destination keeps."""
+    if _outside(group):
+        return _skip("gather", async_op)
     group = _pg(group)
     root = _global_peer(group, dst, group_dst)
     world = len(_ranks(group))
@@ -300,6 +357,8 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
 
 def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
     """One all_to_all_single in which only the source sends (piece i to group rank i)."""
+    if _outside(group):
+        return _skip("scatter", async_op)
     group = _pg(group)
     ranks = _ranks(group)
     root = _global_peer(group, src, group_src)
@@ -317,6 +376,8 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
 
 def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_op=False):
     """The list form: the flattened pieces concatenated, then one reduce_scatter_tensor."""
+    if _outside(group):
+        return _skip("reduce_scatter", async_op)
     flat = torch.cat([t.reshape(-1) for t in input_list])
     return reduce_scatter_tensor(output, flat, op, group, async_op)
 
@@ -352,6 +413,9 @@ def install() -> None:
     global _installed
     if _installed is not None:
         return
+    from .failures import install_trace_hook
+
+    install_trace_hook()  # ranks fail together: a rank's trace failure reaches its peers
     from torch._dynamo.decorators import substitute_in_graph
     from torch._dynamo.trace_rules import is_polyfilled_callable
 

@@ -142,7 +142,7 @@ def _split(cx, x, split, dim=0):
     the last has ``split`` elements and the last is inferred (-1)."""
     dim = _norm(dim, len(x.shape))
     outs = [cx.out(i) for i in range(len(cx.val))]
-    if isinstance(split, (list, tuple)):
+    if isinstance(split, (list, tuple)) and not isinstance(split, TensorRef):  # a NamedTuple
         sizes = list(split)
     else:
         sizes = [split] * (len(outs) - 1) + [-1]

@@ -1,8 +1,8 @@
 """Converters: ``_c10d_functional`` collectives -> Hcom* GE ops.
 
-The ``group`` attribute is the stable group name of :mod:`torchair_dist.collectives.groups`
-(``tag=<tag>;ranks=<r0>,<r1>,...``), identical on every rank; the runtime resolves it back to a
-live process group. Counts and displacements of ``HcomAllToAllV`` are in elements.
+The ``group`` attribute is :func:`~torchair_dist.collectives.groups.ge_group_attr`: the HCCL
+communicator name on Ascend, else the stable group name (``tag=<tag>;ranks=<r0>,<r1>,...``),
+identical on every rank, which the reference runtime resolves back to a live process group. Counts and displacements of ``HcomAllToAllV`` are in elements.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, List, Sequence
 
 import torch
 
-from ....collectives.groups import stable_name_of
+from ....collectives.groups import ge_group_attr, stable_name_of
 from ....errors import UnsupportedOpError
 from .registry import register
 
@@ -42,7 +42,8 @@ def _all_reduce(cx, x, reduce_op: str, group_name: Any):
     group = stable_name_of(group_name)
     avg = str(reduce_op).lower() == "avg"
     y = cx.emit1("HcomAllReduce", [("x", x)], {
-        "reduction": "sum" if avg else _reduction(reduce_op), "group": group, "fusion": 0})
+        "reduction": "sum" if avg else _reduction(reduce_op), "group": ge_group_attr(group),
+        "fusion": 0})
     return _avg(cx, y, len(group.split("ranks=")[1].split(","))) if avg else y
 
 
@@ -55,7 +56,8 @@ def _coalesced_one(cx, x, reduce_op, group_name, desc):
     group = stable_name_of(group_name)
     avg = str(reduce_op).lower() == "avg"
     (y,) = cx.emit("HcomAllReduce", [("x", x)], {
-        "reduction": "sum" if avg else _reduction(reduce_op), "group": group, "fusion": 0},
+        "reduction": "sum" if avg else _reduction(reduce_op), "group": ge_group_attr(group),
+        "fusion": 0},
         [("y", desc)])
     return _avg(cx, y, len(group.split("ranks=")[1].split(","))) if avg else y
 
@@ -63,7 +65,7 @@ def _coalesced_one(cx, x, reduce_op, group_name, desc):
 @register([c10d.all_gather_into_tensor.default], ["HcomAllGather"])
 def _all_gather(cx, x, group_size: int, group_name: Any):
     return cx.emit1("HcomAllGather", [("x", x)], {
-        "rank_size": int(group_size), "group": stable_name_of(group_name), "fusion": 0})
+        "rank_size": int(group_size), "group": ge_group_attr(group_name), "fusion": 0})
 
 
 @register([c10d.reduce_scatter_tensor.default], ["HcomReduceScatter", "RealDiv", "Const"])
@@ -71,7 +73,7 @@ def _reduce_scatter(cx, x, reduce_op: str, group_size: int, group_name: Any):
     avg = str(reduce_op).lower() == "avg"
     y = cx.emit1("HcomReduceScatter", [("x", x)], {
         "reduction": "sum" if avg else _reduction(reduce_op), "fusion": 0,
-        "group": stable_name_of(group_name), "rank_size": int(group_size)})
+        "group": ge_group_attr(group_name), "rank_size": int(group_size)})
     return _avg(cx, y, int(group_size)) if avg else y
 
 
@@ -79,7 +81,7 @@ def _reduce_scatter(cx, x, reduce_op: str, group_size: int, group_name: Any):
 def _broadcast(cx, x, src: int, group_name: Any):
     """``src`` is the root's rank within the group (what c10d's functional broadcast uses)."""
     return cx.emit("HcomBroadcast", [("x", [x])], {
-        "root_rank": int(src), "group": stable_name_of(group_name), "fusion": 0},
+        "root_rank": int(src), "group": ge_group_attr(group_name), "fusion": 0},
         [("y", [cx.out()])])[0]
 
 
@@ -114,14 +116,12 @@ def _all_to_all_single(cx, x, output_split_sizes: List[Any], input_split_sizes: 
                        group_name: Any):
     group = stable_name_of(group_name)
     dtype, out_shape = cx.out()
-    world = len(group.split("ranks=")[1].split(","))
-    even = [x.shape[0] // world] * world if x.shape[0] >= 0 else None
-    if (not output_split_sizes and not input_split_sizes) or (
-            list(output_split_sizes) == even and list(input_split_sizes) == even):
-        # Even split (what torch records for a split-less all_to_all_single): HcomAllToAll, as
-        # TorchAir does. Caveat: the choice is per rank; a rank whose explicit uneven-capable
-        # splits happen to be even picks HcomAllToAll while its peers pick HcomAllToAllV.
-        return cx.emit1("HcomAllToAll", [("x", x)], {"group": group})
+    if not output_split_sizes and not input_split_sizes:
+        # No split lists: even by definition on every rank -> HcomAllToAll, as TorchAir does.
+        # Explicit lists always lower to HcomAllToAllV, even when this rank's sizes happen to
+        # be even: the choice must follow what every rank shares (the program's form), never
+        # one rank's sizes, or ranks would issue different HCCL ops and hang.
+        return cx.emit1("HcomAllToAll", [("x", x)], {"group": ge_group_attr(group)})
     row = _row_elements(cx, x)
     send_counts, send_displs = _counts(cx, input_split_sizes, row)
     recv_counts, recv_displs = _counts(cx, output_split_sizes, row)
@@ -129,7 +129,7 @@ def _all_to_all_single(cx, x, output_split_sizes: List[Any], input_split_sizes: 
     flat = cx.emit1("HcomAllToAllV", [
         ("send_data", x), ("send_counts", send_counts), ("send_displacements", send_displs),
         ("recv_counts", recv_counts), ("recv_displacements", recv_displs)],
-        {"group": group}, (dtype, (total,)), port="recv_data")
+        {"group": ge_group_attr(group)}, (dtype, (total,)), port="recv_data")
     return cx.reshape(flat, [-1] + cx.dims(x)[1:], out_shape)
 
 

@@ -7,6 +7,8 @@
   returns is an empty Const); ``recv`` -> ``HcomReceive`` with static ``shape``/``dtype``.
 ``barrier`` -> ``HcomAllReduce`` of its one-element token, kept alive like ``send``.
 ``dst``/``src`` are global ranks in the FX graph and group ranks in GE (``dest_rank``/``src_rank``).
+With ``dynamic=True`` the shapes of both ``send`` and ``recv`` are specialised (guards: one graph
+per transferred shape on both ranks), since HcomReceive needs a static shape.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import math
 import torch
 
 from ....collectives import ops as dist_ops  # noqa: F401  (defines torch.ops.torchair_dist)
-from ....collectives.groups import parse_group_name, stable_name_of
+from ....collectives.groups import ge_group_attr, parse_group_name, stable_name_of
 from ....errors import UnsupportedOpError
 from .registry import register
 
@@ -23,8 +25,9 @@ td = torch.ops.torchair_dist
 
 
 def _group(group_name):
+    """(the GE ``group`` attribute, the group's global ranks)."""
     name = stable_name_of(group_name)
-    return name, parse_group_name(name)[1]
+    return ge_group_attr(name), parse_group_name(name)[1]
 
 
 @register([td.all_gather.default], ["HcomAllGather", "SplitV", "Reshape", "HcomBroadcast", "Const",
@@ -33,7 +36,8 @@ def _all_gather_list(cx, output_like, x, group_name):
     group, ranks = _group(group_name)
     me = ranks.index(cx.rank) if cx.rank in ranks else 0
     outs = [cx.out(i) for i in range(len(output_like))]
-    if all(tuple(o.shape) == tuple(x.shape) for o in output_like) and all(d >= 0 for d in x.shape):
+    static = all(d >= 0 for d in x.shape) and all(d >= 0 for o in output_like for d in o.shape)
+    if static and all(math.prod(o.shape) == math.prod(x.shape) for o in output_like):
         n = math.prod(x.shape)
         flat = cx.reshape(x, [-1], [n])
         gathered = cx.emit1("HcomAllGather", [("x", flat)],
@@ -73,6 +77,8 @@ def _all_to_all_v(cx, x, send_counts, send_displacements, recv_counts, recv_disp
 @register([td.send.default], ["HcomSend", "Const"])
 def _send(cx, x, dst, tag, group_name):
     group, ranks = _group(group_name)
+    if any(d < 0 for d in x.shape) and cx.node is not None:
+        _specialised_shape(cx, cx.node.args[0])  # a guard, like the receiving side's
     if dst not in ranks:
         raise UnsupportedOpError(f"send to rank {dst}, which is not in group {group}")
     cx.emit("HcomSend", [("x", x)], {"group": group, "sr_tag": int(tag),
@@ -90,16 +96,27 @@ def _barrier(cx, token, group_name):
     return cx.const(torch.empty((0,), dtype=torch.float32))
 
 
+def _specialised_shape(cx, node=None):
+    """GE's HcomReceive needs a static ``shape`` attribute: a symbolic received shape is
+    specialised to this compile's sizes. ``int()`` on a SymInt records a guard, so Dynamo
+    compiles one graph per received shape (as TorchAir does) instead of refusing. The sending
+    side specialises its tensor too, so both ranks recompile at the same sizes and their
+    cross-rank checks stay in step."""
+    node = node if node is not None else cx.node
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        raise UnsupportedOpError(
+            f"GE's HcomReceive needs a static shape, and recv %{cx.node.name if cx.node else '?'}"
+            f" has no size metadata to specialise; use mode='npugraph_ex'")
+    return [int(d) for d in val.shape]
+
+
 @register([td.recv.default], ["HcomReceive"])
 def _recv(cx, like, src, tag, group_name):
     group, ranks = _group(group_name)
     dtype, shape = cx.out()
     if any(d < 0 for d in shape):
-        raise UnsupportedOpError(
-            f"GE's HcomReceive needs a static shape (its 'shape' attribute), but recv "
-            f"%{cx.node.name} receives a tensor of symbolic shape {list(shape)}; compile with "
-            f"dynamic=False or mark the receive buffer static (torch._dynamo.mark_static), or "
-            f"use mode='npugraph_ex'")
+        shape = _specialised_shape(cx)
     if src not in ranks:
         raise UnsupportedOpError(f"recv from rank {src}, which is not in group {group}")
     y = cx.emit1("HcomReceive", [], {"group": group, "sr_tag": int(tag),

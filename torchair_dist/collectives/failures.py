@@ -1,0 +1,162 @@
+"""Ranks fail together: a rank's compile failure is published to its peers through the c10d store.
+
+A rank that fails while compiling (Dynamo's trace, our backend entry, AOT, the graph passes,
+validation, conversion, or the cross-rank check itself) writes a *failure record* —
+``{"rank", "error", "stage", "graph", "time"}`` — under
+``torchair_dist/consistency/<epoch>/failed/<rank>`` of the default c10d store. A rank waiting in
+the cross-rank check for a peer's fingerprint polls for that peer's record at short intervals
+(:data:`POLL_S`) and raises :class:`~torchair_dist.errors.PeerFailedError` naming the failed
+rank(s) and their messages as soon as it finds one, instead of waiting out the consistency
+timeout. A record is only consulted while the fingerprint it would replace is missing, so a rank
+that recovered and published is never blamed.
+
+Dynamo-level failures are caught by :func:`install_trace_hook`, which wraps Dynamo's per-frame
+``_compile``: an exception that leaves it is published unless Dynamo will recover from it (a
+graph break of a frame compiled without ``fullgraph=True``, or ``suppress_errors``).
+
+Records live in the check *epoch* of :mod:`.consistency`: a program (or test) that survives a
+failure calls ``consistency.reset_check_sequence()`` on every rank to start clean.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Dict, Iterable, Optional
+
+import torch.distributed as dist
+
+log = logging.getLogger("torchair_dist")
+
+POLL_S = 0.1  # how often a waiting rank looks for a peer's failure record
+PREFIX = "torchair_dist/consistency"
+_epoch = [0]  # the current check epoch; consistency.reset_check_sequence bumps it
+
+
+def _store():
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - no store (fake/threaded PGs): nothing to publish to
+        return None
+
+
+def _key(rank: int) -> str:
+    return f"{PREFIX}/{_epoch[0]}/failed/{rank}"
+
+
+def publish(exc: BaseException, stage: str, graph: str = "", store=None) -> bool:
+    """Publish this rank's failure so that peers waiting for it raise at once. True if written.
+
+    Never raises: publishing is best effort on a path that is already failing.
+    """
+    store = store if store is not None else _store()
+    if store is None:
+        return False
+    rank = dist.get_rank()
+    message = f"{type(exc).__name__}: {exc}".strip()
+    if len(message) > 2000:
+        message = message[:2000] + " ..."
+    record = {"rank": rank, "error": message, "stage": stage, "graph": graph,
+              "time": time.time()}
+    try:
+        store.set(_key(rank), json.dumps(record))
+    except Exception as err:  # noqa: BLE001
+        log.warning("rank %d: could not publish its failure to the peers: %s", rank, err)
+        return False
+    log.debug("rank %d: published failure (%s): %s", rank, stage, message[:200])
+    return True
+
+
+def failed_peers(ranks: Iterable[int], store=None) -> Dict[int, dict]:
+    """The failure records of those of ``ranks`` that published one in this epoch."""
+    store = store if store is not None else _store()
+    found: Dict[int, dict] = {}
+    if store is None:
+        return found
+    for r in sorted(set(ranks)):
+        key = _key(r)
+        if store.check([key]):
+            try:
+                found[r] = json.loads(store.get(key))
+            except Exception:  # noqa: BLE001 - a malformed record still names the rank
+                found[r] = {"rank": r, "error": "(unreadable failure record)", "stage": "?"}
+    return found
+
+
+def describe(records: Dict[int, dict]) -> str:
+    parts = []
+    for r, rec in sorted(records.items()):
+        where = f" while compiling {rec['graph']}" if rec.get("graph") else ""
+        parts.append(f"rank {r} failed in {rec.get('stage', '?')}{where}: {rec.get('error')}")
+    return "; ".join(parts)
+
+
+# ------------------------------------------------------------------- Dynamo-level failures
+def _recoverable(exc: BaseException, one_graph: bool) -> bool:
+    """Dynamo handles this itself (the frame falls back to eager / a graph break)."""
+    import torch._dynamo
+
+    if torch._dynamo.config.suppress_errors:
+        return True
+    from torch._dynamo.exc import Unsupported
+
+    return isinstance(exc, Unsupported) and not one_graph and \
+        not getattr(torch._dynamo.config, "error_on_graph_break", False)
+
+
+_hook_installed = [False]
+
+
+def install_trace_hook() -> bool:
+    """Wrap Dynamo's per-frame ``_compile`` so that a failure that reaches the user is published
+    (stage ``"compile"``). Idempotent; False when this torch has no such function."""
+    if _hook_installed[0]:
+        return True
+    try:
+        from torch._dynamo import convert_frame
+    except ImportError:
+        return False
+    original = getattr(convert_frame, "_compile", None)
+    if original is None or getattr(original, "_torchair_dist_hook", False):
+        _hook_installed[0] = original is not None
+        return _hook_installed[0]
+
+    def _compile(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        except BaseException as exc:
+            one_graph = kwargs.get("one_graph", args[6] if len(args) > 6 else False)
+            if not isinstance(exc, (KeyboardInterrupt, SystemExit)) and \
+                    not _recoverable(exc, bool(one_graph)):
+                publish(_root_cause(exc), "compile")
+            raise
+
+    _compile._torchair_dist_hook = True
+    _compile.__wrapped__ = original
+    convert_frame._compile = _compile
+    _hook_installed[0] = True
+    return True
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """Our own error inside Dynamo's wrappers (BackendCompilerFailed, ...) when there is one."""
+    seen = exc
+    for _ in range(8):
+        inner = getattr(seen, "inner_exception", None) or seen.__cause__
+        if inner is None:
+            break
+        seen = inner
+        if type(seen).__module__.startswith("torchair_dist"):
+            return seen
+    return exc
+
+
+def epoch() -> int:
+    return _epoch[0]
+
+
+def set_epoch(value: Optional[int] = None) -> int:
+    _epoch[0] = _epoch[0] + 1 if value is None else int(value)
+    return _epoch[0]
