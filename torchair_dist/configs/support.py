@@ -28,6 +28,7 @@ UNSUPPORTED_IN_GE: Sequence[Tuple[str, Optional[tuple]]] = (
     ("npugraphex_config.capture_error_mode", _ANY),
     ("npugraphex_config.force_recapture", (True,)),
     ("distributed_config.overlap_collectives", (False,)),
+    ("experimental_config.inductor_kernels", (True,)),
 )
 
 UNSUPPORTED_IN_ACL: Sequence[Tuple[str, Optional[tuple]]] = (
