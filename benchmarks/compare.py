@@ -9,8 +9,9 @@ Workloads (``workloads.py``): ``moe`` (expert-parallel MoE block, fixed-capacity
 suite's 2-rank TP Llama, prefill logits), ``decode`` (a tiny HF Llama loaded with transformers'
 ``tp_plan="auto"``, ``StaticCache``, one one-token decode step).
 
-Per workload and variant: compile time of the first call, each in its own fresh set of rank
-processes (a real cold start; inductor's own on-disk caches off); for our variants also through
+Per workload and variant: compile time = the first call in the timing processes, variants one
+after another (``--fresh-compile``: each in its own fresh set of rank processes, a real cold
+start, slow); inductor's own on-disk caches are off; for our variants also through
 ``torchair_dist.cache_compile``: the cold compile that saves an entry ("cache cold") and the
 warm start that loads it in new processes ("warm"); median step latency over ``--steps`` calls,
 all variants timed in interleaved blocks in one set of processes; ratios to eager and to
@@ -127,37 +128,75 @@ def _cached(module, name, cache_dir):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return torchair_dist.cache_compile(module.forward, config=our_config(name),
-                                           cache_dir=os.path.join(cache_dir, name))
+                                           cache_dir=os.path.join(cache_dir, name.replace(
+                                               ":", "_").replace(",", "_").replace("+", "_")))
 
 
-def _timing(module, inputs, names, args, plat):
-    calls = {}
+def _timing(module, inputs, expected, names, args, plat):
+    """Every variant compiled (first call = compile time unless --fresh-compile measured it),
+    then medians timed in interleaved blocks."""
+    calls, rows = {}, {}
     # every variant compiles the same forward: room for all of them in Dynamo's cache
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit,
                                                 4 * len(names))
-    failed = {}
     for vname in names:
         if vname in args.failed:
             continue
         try:
             fn = _compiled(vname, module)
-            _first_call(fn, inputs, plat)
+            out, seconds = _first_call(fn, inputs, plat)
         except Exception as exc:  # noqa: BLE001 - this variant's cell shows the error
-            failed[vname] = {"error": _short(exc)}
+            traceback.print_exc()
+            rows[vname] = {"error": _short(exc)}
             continue
+        rows[vname] = {} if args.fresh_compile or vname == "eager" else {
+            "compile_s": seconds, "diff": (out - expected).abs().max().item()}
         calls[vname] = (lambda f=fn: f(*inputs))
     dist.barrier()
     with torch.no_grad():
         medians = interleaved_medians(calls, args.steps, barrier=dist.barrier)
-    return {**{k: {"median_s": v} for k, v in medians.items()}, **failed}
+    for k, v in medians.items():
+        rows[k]["median_s"] = v
+    return rows
+
+
+def cached_variants(names):
+    return [n for n in names if n.startswith("ours:") and n != NO_OVERLAP]
+
+
+def _cache_phase(module, inputs, expected, phase, names, args, plat):
+    """cache_cold: each of our variants through cache_compile (first call = compile + save);
+    warm (new processes): the same, first call = load from the saved entry."""
+    rows = {}
+    for name in cached_variants(names):
+        if name in args.failed:
+            continue
+        torch._dynamo.reset()
+        row = rows[name] = {}
+        try:
+            fast = _cached(module, name, args.cache_dir)
+            out, seconds = _first_call(fast, inputs, plat)
+        except Exception as exc:  # noqa: BLE001 - this variant's cell shows the error
+            traceback.print_exc()
+            row[f"{phase}_error"] = _short(exc)
+            continue
+        ok = fast.last_source == ("compiled" if phase == "cache_cold" else "cache")
+        row["cache_save_s" if phase == "cache_cold" else "warm_s"] = \
+            seconds if ok and not fast.rejections else None
+        if not ok or fast.rejections:
+            row[f"{phase}_error"] = (f"source {fast.last_source}, rejections "
+                                     f"{fast.rejections}")[:300]
+        if phase == "warm":
+            row["warm_diff"] = (out - expected).abs().max().item()
+    return rows
 
 
 def _phase_rank(rank, world, port, args, out_dir, phase, name):
-    """One measurement in fresh rank processes (so every first call is a real cold start).
+    """One phase in fresh rank processes.
 
-    compile:    torch.compile(variant ``name``) and its first call;
-    cache_cold: cache_compile(variant ``name``), first call = compile + save;
-    warm:       cache_compile(variant ``name``), first call = load from the cache;
+    compile:    (--fresh-compile) torch.compile(variant ``name``) and its first call;
+    cache_cold: every one of our variants through cache_compile, first call = compile + save;
+    warm:       the same in new processes, first call = load from the cache;
     timing:     every variant compiled, medians timed in interleaved blocks.
     """
     import workloads
@@ -166,26 +205,16 @@ def _phase_rank(rank, world, port, args, out_dir, phase, name):
     module, inputs = workloads.build(args.workload, rank, world, device, plat.device_type, args)
     with torch.no_grad():
         expected = module(*inputs)
+    names = variant_names(args.modes, plat.device_type)
     result = {}
     try:
         if phase == "compile":
             out, result["compile_s"] = _first_call(_compiled(name, module), inputs, plat)
             result["diff"] = (out - expected).abs().max().item()
         elif phase in ("cache_cold", "warm"):
-            fast = _cached(module, name, args.cache_dir)
-            out, seconds = _first_call(fast, inputs, plat)
-            ok = fast.last_source == ("compiled" if phase == "cache_cold" else "cache")
-            key = "cache_save_s" if phase == "cache_cold" else "warm_s"
-            result[key] = seconds if ok and not fast.rejections else None
-            result[f"{phase}_source"] = fast.last_source
-            if not ok or fast.rejections:
-                result[f"{phase}_error"] = (f"source {fast.last_source}, rejections "
-                                            f"{fast.rejections}")[:300]
-            if phase == "warm":
-                result["warm_diff"] = (out - expected).abs().max().item()
+            result = _cache_phase(module, inputs, expected, phase, names, args, plat)
         else:
-            result = _timing(module, inputs, variant_names(args.modes, plat.device_type),
-                             args, plat)
+            result = _timing(module, inputs, expected, names, args, plat)
     except Exception as exc:  # noqa: BLE001 - report the variant, keep benchmarking
         traceback.print_exc()
         result["error" if phase == "compile" else f"{phase}_error"] = _short(exc)
@@ -249,24 +278,22 @@ def run_workload(args, workload, tmp):
         for rank in range(args.world):
             with open(os.path.join(tmp, f"{phase}-{name}-{rank}.json")) as f:
                 got = json.load(f)
-            if phase == "timing":
-                if "timing_error" in got:
-                    got = {"eager": got}
-                for vname, extra in got.items():
-                    tables[rank][vname].update(extra)
-            else:
-                tables[rank][name].update(got)
+            if phase == "compile":
+                got = {name: got}
+            elif any(k.endswith("_error") for k in got):
+                got = {"eager": got}
+            for vname, extra in got.items():
+                tables[rank][vname].update(extra)
 
     args.cache_dir = os.path.join(tmp, workload, "cache")
     os.makedirs(args.cache_dir, exist_ok=True)
-    if not args.no_compile:
+    if args.fresh_compile:
         for name in names[1:]:
             run("compile", name)
         args.failed = [n for n in names if "error" in tables[0][n]]
-        for name in names:
-            if name.startswith("ours:") and name != NO_OVERLAP and name not in args.failed:
-                run("cache_cold", name)
-                run("warm", name)
+    if not args.no_cache:
+        run("cache_cold", "all")
+        run("warm", "all")
     run("timing", "all")
     for row in (t["eager"] for t in tables):
         row.setdefault("diff", 0.0)
@@ -285,8 +312,11 @@ def main() -> None:
     p.add_argument("--modes", default=",".join(OUR_MODES),
                    help="comma-separated torchair_dist modes")
     p.add_argument("--rank0", action="store_true", help="print rank 0's table only")
-    p.add_argument("--no-compile", action="store_true",
-                   help="skip the fresh-process compile/cache phases (step latency only)")
+    p.add_argument("--fresh-compile", action="store_true",
+                   help="time each variant's compile in its own fresh processes (slow) "
+                        "instead of as the first call in the timing processes")
+    p.add_argument("--no-cache", action="store_true",
+                   help="skip the cache_compile cold/warm phases")
     p.add_argument("--json", help="also write every rank's rows to this file")
     args = p.parse_args()
     if args.steps < 100:

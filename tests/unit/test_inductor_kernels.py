@@ -60,3 +60,28 @@ def test_inductor_kernels_ignored_with_a_warning_off_cpu_and_cuda():
     assert enabled_for(ctx)
     ctx.config = _config(on=False)
     assert not enabled_for(ctx)
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.softmax(torch.nn.functional.gelu(self.lin(x)), -1)
+
+
+def test_inductor_kernels_through_the_compile_cache(tmp_path):
+    torch.manual_seed(0)
+    net, x = _Net().eval(), torch.randn(4, 8)
+    with torch.no_grad():
+        want = net(x)
+    first = torchair_dist.cache_compile(net.forward, config=_config(), cache_dir=str(tmp_path))
+    assert (first(x) - want).abs().max().item() <= ATOL
+    assert first.last_source == "compiled"
+    torch._dynamo.reset()
+    metrics.reset()
+    again = torchair_dist.cache_compile(net.forward, config=_config(), cache_dir=str(tmp_path))
+    assert (again(x) - want).abs().max().item() <= ATOL
+    assert again.last_source == "cache" and not again.rejections
+    assert metrics.generated_kernel_count > 0  # the loaded graph was compiled by inductor
