@@ -263,6 +263,47 @@ def print_table(workload, rows, args, rank=0) -> None:
                 print(f"{'':<34} {key}: {r[key]}")
 
 
+def markdown(results, args) -> str:
+    """One markdown table per workload, both ranks side by side (``r0 / r1``)."""
+    def pair(tables, name, fn):
+        vals = [fn(t[name], t) for t in tables]
+        return " / ".join("-" if v is None else v for v in vals)
+
+    def ms(r, t):
+        return f"{r['median_s'] * 1e3:.2f}" if r.get("median_s") else None
+
+    def speed(r, t):
+        e = t["eager"].get("median_s")
+        return f"{e / r['median_s']:.2f}" if r.get("median_s") and e else None
+
+    def vs_ind(r, t):
+        i = t.get("inductor", {}).get("median_s")
+        return f"{r['median_s'] / i:.2f}" if r.get("median_s") and i else None
+
+    def sec(key):
+        return lambda r, t: f"{r[key]:.2f}" if isinstance(r.get(key), (int, float)) else None
+
+    out = []
+    for workload, tables in results.items():
+        title = TITLES[workload].format(layers=args.layers, batch=args.batch, seq=args.seq)
+        out += [f"**{title}** (median of >= {args.steps} steps, rank 0 / rank 1)", "",
+                "| variant | step ms | x eager (speed) | time / inductor | compile s | "
+                "cache cold s | warm s | max abs diff |", "|---|---|---|---|---|---|---|---|"]
+        for name, r in tables[0].items():
+            if "error" in r:
+                out.append(f"| {name} | FAILED: {r['error'][:160].replace('|', '/')} "
+                           f"| | | | | | |")
+                continue
+            diff = r.get("diff")
+            out.append(f"| {name} | {pair(tables, name, ms)} | {pair(tables, name, speed)} | "
+                       f"{pair(tables, name, vs_ind)} | {pair(tables, name, sec('compile_s'))}"
+                       f" | {pair(tables, name, sec('cache_save_s'))} | "
+                       f"{pair(tables, name, sec('warm_s'))} | "
+                       f"{'-' if diff is None else f'{diff:.1e}'} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def run_workload(args, workload, tmp):
     from torch.distributed.elastic.utils.distributed import get_free_port
 
@@ -318,21 +359,32 @@ def main() -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="skip the cache_compile cold/warm phases")
     p.add_argument("--json", help="also write every rank's rows to this file")
+    p.add_argument("--markdown", help="also write the tables as markdown to this file")
+    p.add_argument("--from-json", nargs="+", metavar="JSON",
+                   help="print/convert the results saved by earlier --json runs; run nothing")
     args = p.parse_args()
     if args.steps < 100:
         p.error("--steps must be >= 100")
     args.modes = [m for m in args.modes.split(",") if m]
     args.device_type = "cuda" if torch.cuda.is_available() else "cpu"
     results = {}
-    with tempfile.TemporaryDirectory(prefix="compare_") as tmp:
-        for workload in [w for w in args.workloads.split(",") if w]:
-            results[workload] = run_workload(args, workload, tmp)
+    if args.from_json:
+        for path in args.from_json:
+            with open(path) as f:
+                results.update(json.load(f))
+    else:
+        with tempfile.TemporaryDirectory(prefix="compare_") as tmp:
+            for workload in [w for w in args.workloads.split(",") if w]:
+                results[workload] = run_workload(args, workload, tmp)
     for workload, tables in results.items():
         for rank in [0] if args.rank0 else range(args.world):
             print_table(workload, tables[rank], args, rank)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown(results, args))
 
 
 if __name__ == "__main__":

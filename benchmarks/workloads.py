@@ -84,7 +84,9 @@ class Logits(nn.Module):
 
 class DecodeStep(nn.Module):
     """One decode step of an HF model over a ``StaticCache`` whose tensors are buffers here
-    (so the cache is module state)."""
+    (so the cache is module state). The cache layers count the tokens they hold
+    (``cumulative_length``); each step sets it to ``pos`` first, so every call writes the same
+    slot and does the same work."""
 
     def __init__(self, model, cache):
         super().__init__()
@@ -92,8 +94,11 @@ class DecodeStep(nn.Module):
         for i, layer in enumerate(cache.layers):
             self.register_buffer(f"k{i}", layer.keys, persistent=False)
             self.register_buffer(f"v{i}", layer.values, persistent=False)
+            self.register_buffer(f"n{i}", layer.cumulative_length, persistent=False)
 
     def forward(self, ids, pos):
+        for layer in self.cache.layers:
+            layer.cumulative_length.copy_(pos.reshape(()))
         return self.model(input_ids=ids, past_key_values=self.cache, cache_position=pos,
                           use_cache=True).logits
 
