@@ -117,6 +117,9 @@ def _first_call(fn, inputs, plat):
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     line = next((t for t in text if "Error" in t), text[0] if text else type(exc).__name__)
+    if line.rstrip().endswith(":"):  # a list follows (e.g. the ops GE cannot convert)
+        items = sorted({t.split()[0] for t in text[text.index(line) + 1:] if t.startswith("  ")})
+        line = f"{line.rstrip()} {', '.join(items)}"
     return f"{type(exc).__name__}: {line[:300]}"
 
 
@@ -280,8 +283,12 @@ def markdown(results, args) -> str:
         i = t.get("inductor", {}).get("median_s")
         return f"{r['median_s'] / i:.2f}" if r.get("median_s") and i else None
 
-    def sec(key):
-        return lambda r, t: f"{r[key]:.2f}" if isinstance(r.get(key), (int, float)) else None
+    def sec(key, err=None):
+        def cell(r, t):
+            if isinstance(r.get(key), (int, float)):
+                return f"{r[key]:.2f}"
+            return "err" if err and err in r else None
+        return cell
 
     out = []
     for workload, tables in results.items():
@@ -297,10 +304,14 @@ def markdown(results, args) -> str:
             diff = r.get("diff")
             out.append(f"| {name} | {pair(tables, name, ms)} | {pair(tables, name, speed)} | "
                        f"{pair(tables, name, vs_ind)} | {pair(tables, name, sec('compile_s'))}"
-                       f" | {pair(tables, name, sec('cache_save_s'))} | "
-                       f"{pair(tables, name, sec('warm_s'))} | "
+                       f" | {pair(tables, name, sec('cache_save_s', 'cache_cold_error'))} | "
+                       f"{pair(tables, name, sec('warm_s', 'warm_error'))} | "
                        f"{'-' if diff is None else f'{diff:.1e}'} |")
         out.append("")
+        errors = {f"{name}, {key.replace('_error', '')}: {r[key][:200]}"
+                  for t in tables for name, r in t.items()
+                  for key in ("cache_cold_error", "warm_error", "timing_error") if key in r}
+        out += [f"- {e}" for e in sorted(errors)] + ([""] if errors else [])
     return "\n".join(out)
 
 
