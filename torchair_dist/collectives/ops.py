@@ -127,12 +127,8 @@ def _all_to_all_v_eager(input, send_counts, send_displacements, recv_counts,
         # placed before the wait_tensor overlaps the exchange.
         send = flat[:sum(send_counts)]
         recv = flat.new_empty((sum(recv_counts),))
-        # Equal pieces: gloo's plain alltoall (as eager ``all_to_all_single`` without splits);
-        # its alltoallv path copies the pieces once more.
-        even = len(set(send_counts)) == 1 and list(send_counts) == list(recv_counts)
-        work = dist.all_to_all_single(recv, send, None if even else list(recv_counts),
-                                      None if even else list(send_counts), group=pg,
-                                      async_op=True)
+        work = dist.all_to_all_single(recv, send, list(recv_counts), list(send_counts),
+                                      group=pg, async_op=True)
         return _register(recv.view(shape), work)
     send = torch.cat([flat[d:d + c] for c, d in zip(send_counts, send_displacements)])
     recv = flat.new_empty((sum(recv_counts),))
