@@ -2,7 +2,8 @@
 
   python benchmarks/overhead.py [--steps 400] [--world 2]
 
-1. a trivial graph (``x + 1`` on 16 floats) in this process: pure wrapper overhead;
+1. a trivial graph (``x + 1`` on 16 floats) in this process: pure wrapper overhead, and its
+   breakdown (our runner alone vs the whole call: Dynamo guards + AOT's runtime wrapper);
 2. a tensor-parallel MLP on ``--world`` gloo ranks (column- then row-parallel linear with
    ``dist.all_reduce``), every rank timing every variant in interleaved blocks.
 Prints median per-call latency, the ratio to eager and to inductor, and compile time.
@@ -30,6 +31,53 @@ def trivial(steps: int) -> None:
     med = interleaved_medians({k: (lambda f=f: f(x)) for k, (f, _) in compiled.items()}, steps)
     print_table("trivial graph (x + 1), single process", med,
                 {k: c for k, (_, c) in compiled.items()})
+
+
+def breakdown(rounds: int = 15, number: int = 5000) -> None:
+    """Where one call of the trivial graph goes: our runner alone (the generated forward that
+    calls the aten op), the whole compiled call (Dynamo guards + AOT's runtime wrapper + runner)
+    for ours, ours with inductor kernels and inductor, timed in interleaved rounds (min)."""
+    import torchair_dist
+    from torchair_dist.compiler import record_graphs
+
+    torch.set_num_threads(1)
+    x = torch.randn(16)
+    calls = {"eager": lambda: x + 1}
+    for name, kernels in (("ours:npugraph_ex", False), ("ours+inductor-kernels", True)):
+        cfg = torchair_dist.CompilerConfig()
+        cfg.mode = "npugraph_ex"
+        cfg.experimental_config.inductor_kernels = kernels
+        torch._dynamo.reset()
+        fn = torch.compile(lambda t: t + 1, fullgraph=True,
+                           backend=torchair_dist.get_npu_backend(compiler_config=cfg))
+        with record_graphs() as graphs:
+            fn(x)
+        calls[name] = (lambda f=fn: f(x))
+        if not kernels:
+            from torchair_dist.backends.aclgraph.codegen import generate_forward
+
+            runner = generate_forward(graphs[0].gm, "breakdown").fn
+            calls["ours: runner alone"] = lambda: runner([x])
+    torch._dynamo.reset()
+    ind = torch.compile(lambda t: t + 1, backend="inductor", fullgraph=True)
+    ind(x)
+    calls["inductor"] = lambda: ind(x)
+    best = _interleaved_min(calls, rounds, number)
+    print("\nper-call breakdown, trivial graph (x + 1), min over interleaved rounds, us")
+    for k, v in best.items():
+        print(f"  {k:<26} {v:8.2f}")
+    wrappers = best["ours:npugraph_ex"] - best["ours: runner alone"]
+    print(f"  {'=> Dynamo+AOT wrappers':<26} {wrappers:8.2f}  (ours full - runner alone)")
+
+
+def _interleaved_min(calls, rounds, number):
+    import timeit
+
+    out = {k: float("inf") for k in calls}
+    for _ in range(rounds):
+        for k, c in calls.items():
+            out[k] = min(out[k], timeit.timeit(c, number=number) / number * 1e6)
+    return out
 
 
 def _tp_rank(rank: int, world: int, port: int, steps: int) -> None:
@@ -66,6 +114,7 @@ def main() -> None:
     args = p.parse_args()
     print(f"torch {torch.__version__}, {os.cpu_count()} cpus; medians of {args.steps} calls")
     trivial(args.steps)
+    breakdown()
     from torch.distributed.elastic.utils.distributed import get_free_port
 
     mp.spawn(_tp_rank, args=(args.world, get_free_port(), args.steps), nprocs=args.world)

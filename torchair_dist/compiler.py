@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import importlib
 import itertools
 import logging
@@ -77,7 +78,21 @@ def backend_for_mode(mode: str):
         raise BackendUnavailableError(
             f"mode {mode!r} needs {row.backend}.compile_graph, which this build lacks; "
             f"use mode='npugraph_ex'")
-    return compile_graph
+    if mode not in INDUCTOR_KERNEL_MODES:
+        return compile_graph
+    return functools.partial(_with_inductor_kernels, compile_graph)
+
+
+# modes whose graphs inductor may generate kernels for (experimental_config.inductor_kernels)
+INDUCTOR_KERNEL_MODES = ("reduce-overhead", "npugraph_ex")
+
+
+def _with_inductor_kernels(compile_graph, ctx: GraphContext):
+    from .backends.aclgraph import inductor_kernels
+
+    if inductor_kernels.enabled_for(ctx):
+        return inductor_kernels.compile_graph(ctx)
+    return compile_graph(ctx)
 
 
 def run_aot_passes(gm: torch.fx.GraphModule, example_inputs, cfg: CompilerConfig):

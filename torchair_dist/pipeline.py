@@ -101,6 +101,9 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("remove_noop_ops", "torchair_dist.passes.common:remove_noop_ops", "aot-pass",
           "ops that return their input unchanged are dropped",
           gate="experimental_config.remove_noop_ops"),
+    Stage("remove_copy_into_empty", "torchair_dist.passes.common:remove_copy_into_empty",
+          "aot-pass", "copy(empty_like(x), fresh result) -> the result (a collective's output "
+          "copied into a buffer nobody wrote)"),
     Stage("view_to_reshape", "torchair_dist.passes.common:view_to_reshape", "aot-pass",
           "aten.view becomes aten.reshape"),
     Stage("collapse_view_chains", "torchair_dist.passes.common:collapse_view_chains", "aot-pass",
@@ -166,6 +169,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("acl_dump", "torchair_dist.debug:dump_fx_graph", "backend",
           "write the FX graph and the generated runner as py/txt",
           gate="debug.graph_dump.type", runs_when=_is_set, reads=("debug.graph_dump.path",)),
+    Stage("inductor_kernels", "torchair_dist.backends.aclgraph.inductor_kernels:compile_graph",
+          "backend", "inductor generates the compute kernels of the post-pass graph; our "
+          "collectives, schedule, check, capture and cache stay",
+          gate="experimental_config.inductor_kernels", platforms=frozenset({"cpu", "cuda"})),
     Stage("capture", "torchair_dist.backends.aclgraph.runner:AclGraphRunner", "backend",
           "capture per graph key, replay on later calls", reads=_CAPTURE_READS,
           platforms=_capture_platforms),
@@ -175,10 +182,11 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           reads=("distributed_config.consistency_timeout",)),
 )}
 
-_ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops", "view_to_reshape",
-          "collapse_view_chains", "custom_post_pass")
-_ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "deadlock_check", "validate", "fx_summary", "data_dump", "run_eagerly", "acl_codegen",
-                 "acl_dump", "capture", "consistency")
+_ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
+          "remove_copy_into_empty", "view_to_reshape", "collapse_view_chains", "custom_post_pass")
+_ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "deadlock_check", "validate",
+                 "fx_summary", "data_dump", "run_eagerly", "acl_codegen", "acl_dump",
+                 "inductor_kernels", "capture", "consistency")
 _GE = _ENTRY + ("constant_folding", "dead_code_elimination", "deadlock_check", "topology_sort",
                 "validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump",
                 "ge_export", "ge_run", "cann_options", "cann_dump", "cann_aoe", "consistency")

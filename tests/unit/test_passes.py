@@ -121,3 +121,26 @@ def test_validate_graph_rejects_late_placeholders():
     g.output((y, z))
     with pytest.raises(GraphValidationError, match="placeholder z"):
         validate_graph(torch.fx.GraphModule(torch.nn.Module(), g))
+
+
+def test_remove_copy_into_empty_drops_copies_of_fresh_results_only():
+    from torchair_dist.passes.common import remove_copy_into_empty
+
+    def f(x, y):
+        a = torch.empty_like(x)
+        a.copy_(x * 2)                 # fresh result into an unwritten buffer: removable
+        b = torch.empty_like(x)
+        b.copy_(y)                     # copy of a graph input: must stay (no aliasing)
+        c = torch.empty_like(x.t())    # other strides than the source: must stay
+        c.copy_(x + 1)
+        return a + 1, b, c
+
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    gm = aot_graph(f, x, y)
+    assert op_targets(gm).count("aten.copy.default") == 3
+    out = remove_copy_into_empty(gm, [x, y], CompilerConfig())
+    assert op_targets(out).count("aten.copy.default") == 2
+    got, want = run(out, x, y), f(x, y)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w) and g.stride() == w.stride()
+    assert got[1].data_ptr() != y.data_ptr()

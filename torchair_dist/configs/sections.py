@@ -154,6 +154,10 @@ class ExperimentalConfig(ConfigBase):
         self.remove_noop_ops = BoolOption(True, "remove ops that return their input unchanged")
         self.tiling_schedule_optimize = BoolOption(False, "GE tiling schedule optimisation")
         self.pattern_fusion_pass = BoolOption(True, "run pattern fusion passes")
+        self.inductor_kernels = BoolOption(
+            False, "ACL modes on CPU/CUDA: inductor generates the compute kernels of the "
+                   "post-pass graph; collectives, overlap schedule, cross-rank check, capture "
+                   "and cache stay torchair_dist's (ignored on NPU: GE fuses)")
         self.aclgraph = AclGraphExperimentalConfig()
         self._freeze()
 

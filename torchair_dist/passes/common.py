@@ -1,7 +1,7 @@
 """The common pass list run on every AOT graph before a backend sees it.
 
-Order (``common_passes``): custom pre pass, noop removal, view->reshape, the optional
-``npu_fx_pass`` patterns, custom post pass. Each pass is ``(gm, example_inputs, config) -> gm``.
+Order (``common_passes``): custom pre pass, noop removal, copy-into-empty removal,
+view->reshape, the optional ``npu_fx_pass`` patterns, custom post pass. Each pass is ``(gm, example_inputs, config) -> gm``.
 """
 from __future__ import annotations
 
@@ -73,6 +73,52 @@ def remove_noop_ops(gm, example_inputs, config):
     return gm
 
 
+_EMPTY_OPS = (aten.empty_like.default, aten.empty.memory_format, aten.empty_strided.default,
+              aten.new_empty.default)
+
+
+def _fresh_result(node) -> bool:
+    """``node`` is a call whose result is new storage or a collective's result (no alias of a
+    graph input): removing a copy of it cannot make an output alias an input."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return False
+    if node.target is torch.ops._c10d_functional.wait_tensor.default:
+        return _fresh_result(node.args[0])
+    schema = getattr(node.target, "_schema", None)
+    return (schema is not None and len(schema.returns) == 1 and not schema.is_mutable
+            and schema.returns[0].alias_info is None)
+
+
+def remove_copy_into_empty(gm, example_inputs, config):
+    """``aten.copy(empty_like(x), src)`` -> ``src`` when src already has the copy's shape,
+    strides, dtype and device: the functionalized form of ``out = empty_like(x);
+    collective(out, ...)`` (the collective's result is copied into a buffer nobody wrote).
+
+    Requires: node.meta["val"]. Guarantees: same values; the buffer has no other reader; src
+    is fresh storage (an op result or a collective's result), never an input or a view, and
+    is not itself a graph output, so no output starts aliasing an input or another output.
+    """
+    removed = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not aten.copy.default:
+            continue
+        dst, src = node.args[0], node.args[1]
+        if not (isinstance(dst, torch.fx.Node) and dst.target in _EMPTY_OPS
+                and len(dst.users) == 1 and _fresh_result(src) and _same_shape(node, src)):
+            continue
+        if any(u.op == "output" for u in src.users):
+            continue
+        node.replace_all_uses_with(src)
+        gm.graph.erase_node(node)
+        gm.graph.erase_node(dst)
+        removed += 1
+    if removed:
+        gm.graph.lint()
+        gm.recompile()
+        log.debug("remove_copy_into_empty: %d copies removed", removed)
+    return gm
+
+
 def view_to_reshape(gm, example_inputs, config):
     """Replace ``aten.view`` by ``aten.reshape`` so later passes may change layouts freely.
 
@@ -129,6 +175,7 @@ custom_post_pass = _custom("post_grad_custom_post_pass")
 COMMON_PASSES: List[Callable] = [
     custom_pre_pass,
     remove_noop_ops,
+    remove_copy_into_empty,
     view_to_reshape,
     collapse_view_chains,
     custom_post_pass,

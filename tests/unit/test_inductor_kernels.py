@@ -1,0 +1,87 @@
+"""``experimental_config.inductor_kernels`` in one process: inductor compiles the post-pass
+graph (input mutations included), the option is reported as ignored in max-autotune and on a
+device other than CPU/CUDA. Tolerance vs eager: ATOL = 1e-5 (fused kernels round differently)."""
+import warnings
+
+import torch
+from torch._inductor import metrics
+
+import torchair_dist
+from torchair_dist.backends.context import GraphContext
+from torchair_dist.backends.aclgraph.inductor_kernels import enabled_for
+from torchair_dist.configs.support import check_config_support
+
+ATOL = 1e-5
+
+
+def _config(mode="npugraph_ex", on=True):
+    cfg = torchair_dist.CompilerConfig()
+    cfg.mode = mode
+    cfg.experimental_config.inductor_kernels = on
+    return cfg
+
+
+def test_inductor_kernels_compile_the_graph_and_keep_input_mutations():
+    def step(cache, pos, x, w):
+        cache.index_copy_(0, pos, x @ w)           # a static-cache style in-place update
+        return torch.softmax(cache.sum(0), -1) * 2
+
+    torch._dynamo.reset()
+    w = torch.randn(8, 8)
+    compiled = torch.compile(step, fullgraph=True,
+                             backend=torchair_dist.get_npu_backend(compiler_config=_config()))
+    metrics.reset()
+    c1, c2 = torch.zeros(4, 8), torch.zeros(4, 8)
+    for i in range(3):
+        x, pos = torch.randn(1, 8), torch.tensor([i])
+        got, want = compiled(c1, pos, x, w), step(c2, pos, x, w)
+        assert (got - want).abs().max().item() <= ATOL
+        assert (c1 - c2).abs().max().item() <= ATOL  # the cache was written in place
+    assert metrics.generated_kernel_count > 0
+
+
+def test_inductor_kernels_reported_ignored_in_max_autotune():
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert "experimental_config.inductor_kernels" in check_config_support(
+            _config("max-autotune"))
+        assert "experimental_config.inductor_kernels" not in check_config_support(_config())
+
+
+def test_inductor_kernels_ignored_with_a_warning_off_cpu_and_cuda():
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    ctx = GraphContext(gm=gm, example_inputs=[torch.empty(2, device="meta")], config=_config(),
+                       static_input_indices=[], mutated_input_indices=[], graph_name="g")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert not enabled_for(ctx)
+    assert any("inductor_kernels is ignored on 'meta'" in str(w.message) for w in seen)
+    ctx.example_inputs = [torch.empty(2)]
+    assert enabled_for(ctx)
+    ctx.config = _config(on=False)
+    assert not enabled_for(ctx)
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.softmax(torch.nn.functional.gelu(self.lin(x)), -1)
+
+
+def test_inductor_kernels_through_the_compile_cache(tmp_path):
+    torch.manual_seed(0)
+    net, x = _Net().eval(), torch.randn(4, 8)
+    with torch.no_grad():
+        want = net(x)
+    first = torchair_dist.cache_compile(net.forward, config=_config(), cache_dir=str(tmp_path))
+    assert (first(x) - want).abs().max().item() <= ATOL
+    assert first.last_source == "compiled"
+    torch._dynamo.reset()
+    metrics.reset()
+    again = torchair_dist.cache_compile(net.forward, config=_config(), cache_dir=str(tmp_path))
+    assert (again(x) - want).abs().max().item() <= ATOL
+    assert again.last_source == "cache" and not again.rejections
+    assert metrics.generated_kernel_count > 0  # the loaded graph was compiled by inductor
