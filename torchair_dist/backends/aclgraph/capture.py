@@ -14,6 +14,9 @@ from typing import Any, Callable, List, Optional, Sequence
 import torch
 
 
+_CAPTURE_STREAMS: dict = {}
+
+
 class EmulatedGraph:
     """CPU stand-in for a device graph: fixed input and output buffers, replay recomputes."""
 
@@ -45,20 +48,37 @@ class DeviceGraph:
         self.outputs: Sequence[Any] = ()
 
     def capture(self, fn: Callable, inputs: List[Any]) -> Sequence[Any]:
-        """Warm up, then capture. Capturing records kernels without running them, so this
-        call's results (and its one application of any input mutation) come from the warm-up
-        run; the captured outputs are only filled by later replays."""
+        """Warm up, then capture, both on this graph's capture stream. Capturing records
+        kernels without running them, so this call's results (and its one application of any
+        input mutation) come from the warm-up run; the captured outputs are only filled by
+        later replays."""
         module = getattr(torch, self.platform.device_type)
-        # Warm up on a side stream (lazy kernel/communicator init must not be captured).
-        side = module.Stream()
-        side.wait_stream(module.current_stream())
-        with module.stream(side):
+        caller = module.current_stream()
+        stream = self.capture_stream()
+        # Warm up on the capture stream (lazy kernel/communicator init must not be captured,
+        # and whatever the warm-up creates on that stream is then known to the capture).
+        stream.wait_stream(caller)
+        with module.stream(stream):
             first = fn(list(inputs))
-        module.current_stream().wait_stream(side)
-        with module.graph(self.graph, pool=self.pool,
-                          capture_error_mode=self.capture_error_mode):
+        caller.wait_stream(stream)
+        # The warm-up results were allocated on the capture stream but are used on the
+        # caller's: tell the allocator, or it may hand their blocks out too early.
+        for out in first if isinstance(first, (list, tuple)) else [first]:
+            if isinstance(out, torch.Tensor) and out.device.type == self.platform.device_type:
+                out.record_stream(caller)
+        with self.platform.graph_context(self.graph, pool=self.pool, stream=stream,
+                                         capture_error_mode=self.capture_error_mode):
             self.outputs = fn(list(inputs))
         return first
+
+    def capture_stream(self):
+        """One capture stream per device for the process (as torch's graph context keeps)."""
+        key = (self.platform.device_type, getattr(torch, self.platform.device_type)
+               .current_device())
+        stream = _CAPTURE_STREAMS.get(key)
+        if stream is None:
+            stream = _CAPTURE_STREAMS[key] = self.platform.stream_class()
+        return stream
 
     def replay(self) -> None:
         self.graph.replay()
