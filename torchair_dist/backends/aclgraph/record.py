@@ -145,7 +145,7 @@ class RecordGraph:
         self.outputs: Sequence[Any] = ()
         self.pool_outputs: List[torch.Tensor] = []
         self.source = ""
-        self.op_count = 0
+        self.ops: List[Any] = []
         self._replay: Optional[Callable] = None
         self._buffers: List[Any] = []
         self._consts: List[Any] = []
@@ -186,7 +186,7 @@ class RecordGraph:
         exec(compile(self.source, "<torchair_dist record replay>", "exec"), namespace)  # noqa: S102
         self._replay = namespace["replay"]
         self._consts = gen.consts
-        self.op_count = len(entries)
+        self.ops = [entry[0] for entry in entries]  # what a replay issues, in order
 
     def replay(self) -> None:
         with torch.no_grad():
