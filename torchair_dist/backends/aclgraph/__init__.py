@@ -27,7 +27,7 @@ log = logging.getLogger("torchair_dist")
 
 CPU_CAPTURE_ENV = "TORCHAIR_DIST_CPU_CAPTURE"
 CPU_CAPTURE_MODES = ("record", "emulate", "off")
-DEFAULT_CPU_CAPTURE = "off"
+DEFAULT_CPU_CAPTURE = "record"
 
 
 def graph_device_type(ctx: GraphContext) -> str:

@@ -22,6 +22,7 @@ shape across another shape's replay sees garbage on CPU too.
 from __future__ import annotations
 
 import itertools
+import re
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -179,23 +180,55 @@ class RecordGraph:
             results.append(gen.expr(o))
             if isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() not in storages:
                 self.pool_outputs.append(o)
-        body = gen.lines or ["    pass"]
-        self.source = "def replay(B, K):\n" + "\n".join(body) + \
-            f"\n    return [{', '.join(results)}]\n"
+        ret = f"    return [{', '.join(results)}]"
+        body = _free_dead_values(gen.lines, ret)
+        # The constants (ops, frozen arguments) become closure cells: no indexing per op.
+        self.source = _closure_source(len(gen.consts), body + [ret])
         namespace: Dict[str, Any] = {}
         exec(compile(self.source, "<torchair_dist record replay>", "exec"), namespace)  # noqa: S102
-        self._replay = namespace["replay"]
+        self._replay = namespace["make"](gen.consts)
         self._consts = gen.consts
         self.ops = [entry[0] for entry in entries]  # what a replay issues, in order
 
     def replay(self) -> None:
         with torch.no_grad():
-            fresh = self._replay(self._buffers, self._consts)
+            fresh = self._replay(self._buffers)
             for static, new in zip(self.outputs, fresh):
                 if isinstance(static, torch.Tensor) and not _same_view(static, new):
                     static.copy_(new)
         if self.pool is not None:
             self.pool.clobber_after(self)
+
+
+_VALUE = re.compile(r"\bv\d+\b")
+
+
+def _free_dead_values(lines: List[str], ret: str) -> List[str]:
+    """Insert ``del`` after each value's last use, as FX's code does, so a replay's
+    intermediates are freed as early as the forward frees them."""
+    last: Dict[str, int] = {}
+    for i, line in enumerate(lines):
+        for name in _VALUE.findall(line):
+            last[name] = i
+    keep = set(_VALUE.findall(ret))
+    out: List[str] = []
+    for i, line in enumerate(lines):
+        out.append(line)
+        dead = sorted(n for n, at in last.items() if at == i and n not in keep)
+        if dead:
+            out.append(f"    del {', '.join(dead)}")
+    return out
+
+
+def _closure_source(n_consts: int, body: List[str]) -> str:
+    """``make(K)`` binds the constants to locals K0..Kn and returns ``replay(B)``."""
+    head = ["def make(K):"] + [f"    K{i} = K[{i}]" for i in range(n_consts)]
+    head.append("    def replay(B):")
+    code = [_CONST.sub(lambda m: f"K{m.group(1)}", "    " + line) for line in body]
+    return "\n".join(head + code + ["    return replay", ""])
+
+
+_CONST = re.compile(r"\bK\[(\d+)\]")
 
 
 def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
