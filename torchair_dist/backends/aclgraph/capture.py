@@ -13,6 +13,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
+from ...streams import runtime as stream_runtime
 
 _CAPTURE_STREAMS: dict = {}
 
@@ -46,6 +47,7 @@ class DeviceGraph:
         self.pool = pool
         self.capture_error_mode = capture_error_mode
         self.outputs: Sequence[Any] = ()
+        self.user_events: List[Any] = []
 
     def capture(self, fn: Callable, inputs: List[Any]) -> Sequence[Any]:
         """Warm up, then capture, both on this graph's capture stream. Capturing records
@@ -66,9 +68,13 @@ class DeviceGraph:
         for out in first if isinstance(first, (list, tuple)) else [first]:
             if isinstance(out, torch.Tensor) and out.device.type == self.platform.device_type:
                 out.record_stream(caller)
-        with self.platform.graph_context(self.graph, pool=self.pool, stream=stream,
-                                         capture_error_mode=self.capture_error_mode):
+        with stream_runtime.capture_log() as recorded, \
+                self.platform.graph_context(self.graph, pool=self.pool, stream=stream,
+                                            capture_error_mode=self.capture_error_mode):
             self.outputs = fn(list(inputs))
+        # User events recorded inside: the graph recorded private external events; the user's
+        # own are re-recorded after each replay so waits outside the graph see them.
+        self.user_events = [stream_runtime.user_object(tag) for tag in recorded]
         return first
 
     def capture_stream(self):
@@ -82,6 +88,10 @@ class DeviceGraph:
 
     def replay(self) -> None:
         self.graph.replay()
+        if self.user_events:
+            caller = getattr(torch, self.platform.device_type).current_stream()
+            for event in self.user_events:
+                event.record(caller)
 
     def pool_handle(self):
         return self.graph.pool()
