@@ -234,3 +234,28 @@ def test_separate_pools_return_captured_outputs_without_copies(runners):
     assert torch.equal(kept, torch.full((4,), 5.0))
     outputs = [cap.outputs[0] for cap in runners[0].captures.values()]
     assert any(kept is o for o in outputs), "own pool: the captured output itself is returned"
+
+
+class _Lin(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def test_moved_parameter_is_a_recapture_and_replay_uses_the_captured_weights(runners):
+    m = _Lin()
+    f = compile_fn(m)
+    x = torch.randn(2, 4)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f(x)
+        m.lin.weight.copy_(m.lin.weight * 3)  # in place: the captured weights are read
+        assert torch.equal(f(x), m(x))
+        m.lin.weight.data = m.lin.weight.data.clone() * 2  # new storage: recaptured
+        assert torch.allclose(f(x), m(x))
+    (counts,) = _only_counts().values()
+    assert counts["capture_reasons"] == {"first capture": 1, "moved parameter": 1}
+    assert counts["recaptures"] == 1 and counts["replays"] == 1
