@@ -11,7 +11,8 @@ table. Checks (each PASS / FAIL / SKIP with a reason):
   another shape's replay (shared pool), recapture past the capture limit, streams and events
   (a user event recorded inside the compiled region and waited on outside);
 * collectives inside a capture on a world-size-1 process group (NCCL / HCCL): all_reduce,
-  all_gather_into_tensor and barrier, captured (not skipped) and replayed;
+  all_gather_into_tensor and barrier, captured (not skipped) and replayed; then the same on one
+  rank per device (up to 4) when the machine has two or more (the dry run: 2 gloo ranks);
 * HF Llama (tiny random config) greedy decode with a ``StaticCache`` in every mode
   (npugraph_ex, reduce-overhead, max-autotune) == eager.
 
@@ -244,6 +245,71 @@ def check_collectives(dev):
         dist.destroy_process_group()
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _rank_collectives(rank: int, world: int, port: int, device_type: str) -> None:
+    """One rank of the multi-rank check (spawned); raises on a wrong result."""
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    if device_type == "cpu":
+        os.environ["TORCHAIR_DIST_PLATFORM"] = "cpu"
+        os.environ["TORCHAIR_DIST_CPU_CAPTURE"] = "record"
+        dev = torch.device("cpu")
+    else:
+        if device_type == "npu":
+            import torch_npu  # noqa: F401
+        getattr(torch, device_type).set_device(rank)
+        dev = torch.device(device_type, rank)
+    backend = {"cuda": "nccl", "npu": "hccl"}.get(device_type, "gloo")
+    store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=_timedelta(120))
+    dist.init_process_group(backend, rank=rank, world_size=world, store=store)
+    try:
+        def step(x):
+            y = x * (dist.get_rank() + 1)
+            dist.all_reduce(y)
+            out = torch.empty(world * y.shape[0], *y.shape[1:], device=y.device)
+            dist.all_gather_into_tensor(out, y)
+            dist.barrier()
+            return out
+
+        f = compile_ours(step)
+        total = sum(r + 1 for r in range(world))
+        for i in range(3):
+            x = torch.full((4, 2), float(i + 1), device=dev)
+            close(f(x), (x * total).repeat(world, 1))
+    finally:
+        dist.destroy_process_group()
+
+
+def _timedelta(seconds: int):
+    import datetime
+
+    return datetime.timedelta(seconds=seconds)
+
+
+def check_collectives_multirank(dev):
+    count = 2 if dev.type == "cpu" else getattr(torch, dev.type).device_count()
+    world = min(count, 4)
+    if world < 2:
+        raise Skip(f"one {dev.type} device: the multi-rank check needs two or more")
+    import torch.multiprocessing as mp
+
+    ctx = mp.start_processes(_rank_collectives, args=(world, _free_port(), dev.type),
+                             nprocs=world, join=False, start_method="spawn")
+    deadline = time.monotonic() + 240
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            raise TimeoutError(f"{world}-rank collective check did not finish in 240 s")
+    return f"{world} ranks: all_reduce, all_gather, barrier in capture == expected"
+
+
 def _decode(step: Callable, model, ids, tokens: int, dev) -> torch.Tensor:
     from transformers import StaticCache
 
@@ -341,7 +407,8 @@ def run_checks(dev, tokens: int, only: str = "") -> List[Tuple[str, str, str]]:
               ("capture: shared pool", check_pool),
               ("capture: recapture/limit", check_recapture),
               ("capture: streams/events", check_streams_events),
-              ("collectives in capture", check_collectives)]
+              ("collectives in capture", check_collectives),
+              ("collectives, all devices", check_collectives_multirank)]
     checks += [(f"HF decode {mode}", make_decode_check(mode, tokens)) for mode in MODES]
     checks = [(name, check) for name, check in checks if only in name]
     results = []
