@@ -2,9 +2,14 @@
 
 ``compile_graph(ctx)`` generates a runner from the FX graph. With a device graph class
 (``torch.npu.NPUGraph`` / ``torch.cuda.CUDAGraph``) it captures per graph key and replays. On
-CPU there is no capture: the generated forward runs directly, with the same input, output and
-mutation semantics; ``TORCHAIR_DIST_CPU_CAPTURE=emulate`` swaps in a CPU stand-in graph so the
-capture/replay bookkeeping itself runs (the tests use it).
+CPU a stand-in graph takes the device graph's place, chosen by ``TORCHAIR_DIST_CPU_CAPTURE``:
+
+* ``record`` (default): capture records the dispatched ops, replay re-issues them on the
+  captured buffers, with the device-graph rules (:mod:`.record`, :mod:`.rules`);
+* ``emulate``: replay re-runs the generated forward and copies into the captured outputs;
+* ``off``: no capture, the generated forward runs directly.
+
+Every capture, replay and recapture is counted in :mod:`.report` (``capture_report()``).
 """
 from __future__ import annotations
 
@@ -15,13 +20,16 @@ import torch
 
 from ... import platform as _platform
 from ...debug import dump_fx_graph
-from ..context import GraphContext
 from ...errors import ConfigError
+from ..context import GraphContext
 from .capture import DeviceGraph, EmulatedGraph
 from .codegen import generate_forward
 from .record import RecordGraph, RecordPool
 from .report import capture_report, reset_capture_report
 from .runner import AclGraphRunner
+
+__all__ = ["compile_graph", "graph_factory_for", "cpu_capture_mode", "capture_report",
+           "reset_capture_report"]
 
 log = logging.getLogger("torchair_dist")
 

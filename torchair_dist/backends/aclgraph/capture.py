@@ -5,7 +5,8 @@ produced (``graph.outputs``). ``capture(fn, inputs)`` returns the outputs of the
 ``replay()`` recomputes into the static output tensors. On a device that is the real
 graph replay; on CPU, :class:`EmulatedGraph` re-runs the forward and copies the results into
 the captured output tensors, so the runner's input-copy / output-aliasing / recapture logic is
-exercised exactly as on a device (enable it with ``TORCHAIR_DIST_CPU_CAPTURE=emulate``).
+exercised exactly as on a device (``TORCHAIR_DIST_CPU_CAPTURE=emulate``; the default CPU
+stand-in, ``record``, lives in :mod:`.record`).
 """
 from __future__ import annotations
 

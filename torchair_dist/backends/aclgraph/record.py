@@ -31,7 +31,7 @@ import torch.fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...streams.rewrite import where
-from .rules import CaptureSkipped, HostCallGuard
+from .rules import HostCallGuard
 
 
 class _Recorder(TorchDispatchMode):
