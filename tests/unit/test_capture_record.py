@@ -259,3 +259,29 @@ def test_moved_parameter_is_a_recapture_and_replay_uses_the_captured_weights(run
     (counts,) = _only_counts().values()
     assert counts["capture_reasons"] == {"first capture": 1, "moved parameter": 1}
     assert counts["recaptures"] == 1 and counts["replays"] == 1
+
+
+def test_rule_host_device_copy_and_stream_sync_are_uncapturable():
+    from torchair_dist.backends.aclgraph.rules import find_uncapturable
+    from torchair_dist.streams.ops import ops as stream_ops
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(2, device="meta")
+    moved = g.call_function(torch.ops.aten._to_copy.default, (x,), {"device": "cpu"})
+    moved.meta["val"] = torch.empty(2)
+    moved.meta["stack_trace"] = '  File "/user/model.py", line 7, in forward\n    x.cpu()\n'
+    g.output(moved)
+    found = find_uncapturable(torch.fx.GraphModule(torch.nn.Module(), g))
+    assert found.op == "aten._to_copy.default" and "host and the device" in found.why
+    assert "/user/model.py" in found.where and "x.cpu()" in found.where
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.call_function(stream_ops.synchronize.default, ("",))
+    g.output(x)
+    found = find_uncapturable(torch.fx.GraphModule(torch.nn.Module(), g))
+    assert found.op.endswith("synchronize.default") and "host sync" in found.why
+
+    same_device = torch.fx.symbolic_trace(lambda t: t.to(torch.float64) + 1)
+    assert find_uncapturable(same_device) is None
