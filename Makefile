@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NPROC ?= 2
 export TORCH_DEVICE_BACKEND_AUTOLOAD = 0
 
-.PHONY: demo test venv proto registry bench docs
+.PHONY: demo test venv proto registry bench docs gpu-check npu-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,14 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py
+
+# The device subset + decode benchmark on one GPU / NPU (fails clearly without one; add
+# ARGS=--dry-run to run it on CPU with the recording stand-in).
+gpu-check: $(STAMP)
+	$(PY) scripts/device_check.py --device cuda $(ARGS)
+
+npu-check: $(STAMP)
+	$(PY) scripts/device_check.py --device npu $(ARGS)
 
 # Regenerate the committed GE protobuf module (pinned protoc: its output loads on protobuf 4.21+).
 GE_PROTO_DIR := torchair_dist/backends/ge/proto

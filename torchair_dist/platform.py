@@ -42,10 +42,13 @@ class Platform:
         if self.name != "cpu":
             getattr(torch, self.device_type).set_device(local_rank)
 
-    def graph_context(self, graph, pool=None, stream=None):
+    def graph_context(self, graph, pool=None, stream=None, capture_error_mode=None):
         """The capture context manager (``torch.cuda.graph`` / ``torch.npu.graph``)."""
         module = getattr(torch, self.device_type)
-        return module.graph(graph, pool=pool, stream=stream)
+        if capture_error_mode is None:
+            return module.graph(graph, pool=pool, stream=stream)
+        return module.graph(graph, pool=pool, stream=stream,
+                            capture_error_mode=capture_error_mode)
 
     def graph_pool_handle(self):
         return getattr(torch, self.device_type).graph_pool_handle()

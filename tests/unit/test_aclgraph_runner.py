@@ -8,9 +8,10 @@ from torchair_dist import CompilerConfig, get_npu_backend
 from torchair_dist.backends.aclgraph import runner as runner_mod
 
 
-@pytest.fixture(autouse=True)
-def emulate_capture(monkeypatch):
-    monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "emulate")
+@pytest.fixture(autouse=True, params=["emulate", "record"])
+def emulate_capture(monkeypatch, request):
+    """Both CPU stand-ins: replay re-runs the forward / re-issues the recorded ops."""
+    monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", request.param)
 
 
 @pytest.fixture

@@ -32,9 +32,11 @@ a c10d name such as ``"0"`` is accepted too; ``dst``/``src`` are *global* ranks)
         into the user's buffer, so readers of the buffer depend on the receive).
 
     torchair_dist::barrier(Tensor token, str group_name) -> Tensor
-        Blocks until every rank of the group has reached it (``dist.barrier``); ``token`` is a
-        one-element tensor that gives the op a dtype/shape for the cross-rank fingerprint.
-        Returns an empty tensor.
+        Blocks until every rank of the group has reached it: an all-reduce of a one-element
+        token on the group's device, then a wait (GE emits the same all-reduce); capturable in
+        a device graph, unlike the host-side ``dist.barrier``. ``token`` is a one-element
+        tensor that gives the op a dtype/shape for the cross-rank fingerprint. Returns an
+        empty tensor.
 
 ``send``/``recv``/``barrier`` are registered as side-effectful (never dead-code eliminated). Eager
 implementations are ``CompositeExplicitAutograd`` kernels that resolve the process group from the
@@ -154,8 +156,26 @@ def _recv_eager(like, src, tag, group_name):
     return _register(out, work)
 
 
+def _group_device(pg) -> torch.device:
+    """The device a collective of ``pg`` runs on: the current CUDA/NPU device for NCCL/HCCL,
+    else the CPU."""
+    backend = str(dist.get_backend(pg)).lower()
+    for name, device_type in (("nccl", "cuda"), ("hccl", "npu")):
+        if name in backend:
+            module = getattr(torch, device_type)
+            return torch.device(device_type, module.current_device())
+    return torch.device("cpu")
+
+
 def _barrier_eager(token, group_name):
-    dist.barrier(group=groups.to_process_group(group_name))
+    """All-reduce a one-element token on the group's device and wait for it, as GE's
+    ``HcomAllReduce`` of the token does: every rank must reach it before any rank's stream
+    goes on. Unlike ``dist.barrier`` it never synchronizes the host, so a device graph can
+    capture it and a replay re-issues it."""
+    pg = groups.to_process_group(group_name)
+    device_token = torch.zeros(1, device=_group_device(pg))
+    done = torch.ops._c10d_functional.all_reduce(device_token, "sum", pg.group_name)
+    torch.ops._c10d_functional.wait_tensor(done)
     return token.new_empty((0,))
 
 

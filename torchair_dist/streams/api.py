@@ -39,14 +39,22 @@ class npu_stream_switch:  # noqa: N801 - TorchAir's name
     ``priority`` is the stream's priority when a device creates it (0 = default). Scopes nest;
     leaving one returns to the enclosing stream. In a compiled graph a scope that is left open
     (e.g. by a graph break inside it) is a ``GraphValidationError``.
+
+    ``enable_inner_parallel`` (a bool, TorchAir's third argument) asks GE to run independent
+    ops inside the scope in parallel; it is accepted and kept (``.enable_inner_parallel``) for
+    TorchAir callers, and has no effect in the ACL modes or on CPU.
     """
 
-    def __init__(self, tag: str, priority: int = 0):
+    def __init__(self, tag: str, priority: int = 0, enable_inner_parallel: bool = False):
         self.tag = _check_tag(tag, "npu_stream_switch")
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise StreamApiError(f"npu_stream_switch({tag!r}): priority must be an int, got "
                                  f"{priority!r}")
+        if not isinstance(enable_inner_parallel, bool):
+            raise StreamApiError(f"npu_stream_switch({tag!r}): enable_inner_parallel must be a "
+                                 f"bool, got {enable_inner_parallel!r}")
         self.priority = priority
+        self.enable_inner_parallel = enable_inner_parallel
 
     def __enter__(self):
         ops.stream_enter(self.tag, self.priority)

@@ -36,6 +36,7 @@ import torch
 import torch.fx
 
 from ..errors import GraphValidationError
+from . import runtime
 from .ops import NAMESPACE, ops
 
 log = logging.getLogger("torchair_dist")
@@ -128,6 +129,8 @@ class _Objects:
             tag = f"{self.prefix}{kind}{self._counts[kind]}"
             self._counts[kind] += 1
         self.tags[index] = tag
+        if tag:
+            runtime.bind(tag, obj)  # the kernels use the user's own object
         return tag
 
     def stream(self, index, node) -> str:

@@ -10,12 +10,22 @@ capture these calls are captured like any other stream work, which is how replay
 the user put on side streams: the rewrite brackets each graph with ``fork`` (side streams wait
 for the capture stream) and ``join`` (the capture stream waits for them).
 
-THIS DEVICE PATH IS NOT TESTED HERE (CPU-only CI); it is kept deliberately thin.
+User objects keep their identity: the rewrite binds each ``torch.Stream`` / ``torch.Event`` it
+turns into a tag to that tag (:func:`bind`, both ways: :func:`user_object` / :func:`tag_of`), so
+the kernels run on the user's own stream and record the user's own event. Inside a device
+capture an event cannot be a plain one (a plain event recorded in a graph is internal to it):
+there the tag's private *external* event is recorded and waited on, and the graph re-records
+the user's event on the caller's stream after every replay (:func:`capture_log`), so a wait
+outside the compiled region sees it. Events created for tags are external too, so a tag shared
+by two captured graphs (or a graph and eager code) works across them.
+
+THIS DEVICE PATH IS NOT RUN HERE (CPU-only CI); tests drive it with a fake platform.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 import torch
 
@@ -24,7 +34,49 @@ from .. import platform as _platform
 _lock = threading.Lock()
 _streams: Dict[str, object] = {}
 _events: Dict[str, object] = {}
+_bound: Dict[str, object] = {}   # tag -> the user's stream/event object
+_bound_tags: Dict[int, str] = {}  # id(user object) -> tag
 _local = threading.local()
+
+
+def bind(tag: str, obj) -> None:
+    """Tag ``tag`` names the user's ``obj`` (a torch.Stream/torch.Event)."""
+    with _lock:
+        _bound[tag] = obj
+        _bound_tags[id(obj)] = tag
+
+
+def user_object(tag: str):
+    return _bound.get(tag)
+
+
+def tag_of(obj) -> Optional[str]:
+    tag = _bound_tags.get(id(obj))
+    return tag if tag is not None and _bound.get(tag) is obj else None
+
+
+def _capturing(plat) -> bool:
+    check = getattr(_module(plat), "is_current_stream_capturing", None)
+    return bool(check()) if check is not None else False
+
+
+@contextlib.contextmanager
+def capture_log() -> Iterator[List[str]]:
+    """Collects the tags of user events recorded while a device graph captures."""
+    log: List[str] = []
+    saved = getattr(_local, "capture_log", None)
+    _local.capture_log = log
+    try:
+        yield log
+    finally:
+        _local.capture_log = saved
+
+
+def _new_event(plat):
+    try:
+        return plat.event_class(external=True)
+    except TypeError:  # an event class without external events
+        return plat.event_class()
 
 
 def _device_platform():
@@ -44,20 +96,24 @@ def stream_for(tag: str, priority: int = 0):
     if tag == "":
         return _module(plat).current_stream()
     with _lock:
-        stream = _streams.get(tag)
+        stream = _bound.get(tag) or _streams.get(tag)
         if stream is None:
             stream = _streams[tag] = plat.stream_class(priority=priority)
         return stream
 
 
-def event_for(tag: str):
+def event_for(tag: str, capturing: bool = False):
+    """The event of ``tag``: the user's own (bound) event, except inside a capture, where it
+    is the tag's private external event; None on CPU."""
     plat = _device_platform()
     if plat is None:
         return None
     with _lock:
+        if not capturing and tag in _bound:
+            return _bound[tag]
         event = _events.get(tag)
         if event is None:
-            event = _events[tag] = plat.event_class()
+            event = _events[tag] = _new_event(plat)
         return event
 
 
@@ -101,15 +157,21 @@ def join(tags: List[str]) -> None:
 
 
 def event_record(event: str, stream: str) -> None:
-    ev = event_for(event)
-    if ev is not None:
-        ev.record(stream_for(stream))
+    plat = _device_platform()
+    if plat is None:
+        return
+    capturing = _capturing(plat)
+    event_for(event, capturing).record(stream_for(stream))
+    log = getattr(_local, "capture_log", None)
+    if capturing and event in _bound and log is not None and event not in log:
+        log.append(event)
 
 
 def event_wait(event: str, stream: str) -> None:
-    ev = event_for(event)
-    if ev is not None:
-        ev.wait(stream_for(stream))
+    plat = _device_platform()
+    if plat is None:
+        return
+    event_for(event, _capturing(plat)).wait(stream_for(stream))
 
 
 def stream_wait_stream(waiting: str, waited_on: str) -> None:
@@ -145,3 +207,5 @@ def reset() -> None:
     with _lock:
         _streams.clear()
         _events.clear()
+        _bound.clear()
+        _bound_tags.clear()

@@ -2,9 +2,14 @@
 
 ``compile_graph(ctx)`` generates a runner from the FX graph. With a device graph class
 (``torch.npu.NPUGraph`` / ``torch.cuda.CUDAGraph``) it captures per graph key and replays. On
-CPU there is no capture: the generated forward runs directly, with the same input, output and
-mutation semantics; ``TORCHAIR_DIST_CPU_CAPTURE=emulate`` swaps in a CPU stand-in graph so the
-capture/replay bookkeeping itself runs (the tests use it).
+CPU a stand-in graph takes the device graph's place, chosen by ``TORCHAIR_DIST_CPU_CAPTURE``:
+
+* ``record`` (default): capture records the dispatched ops, replay re-issues them on the
+  captured buffers, with the device-graph rules (:mod:`.record`, :mod:`.rules`);
+* ``emulate``: replay re-runs the generated forward and copies into the captured outputs;
+* ``off``: no capture, the generated forward runs directly.
+
+Every capture, replay and recapture is counted in :mod:`.report` (``capture_report()``).
 """
 from __future__ import annotations
 
@@ -15,14 +20,22 @@ import torch
 
 from ... import platform as _platform
 from ...debug import dump_fx_graph
+from ...errors import ConfigError
 from ..context import GraphContext
 from .capture import DeviceGraph, EmulatedGraph
 from .codegen import generate_forward
+from .record import RecordGraph, RecordPool
+from .report import capture_report, reset_capture_report
 from .runner import AclGraphRunner
+
+__all__ = ["compile_graph", "graph_factory_for", "cpu_capture_mode", "capture_report",
+           "reset_capture_report"]
 
 log = logging.getLogger("torchair_dist")
 
 CPU_CAPTURE_ENV = "TORCHAIR_DIST_CPU_CAPTURE"
+CPU_CAPTURE_MODES = ("record", "emulate", "off")
+DEFAULT_CPU_CAPTURE = "record"
 
 
 def graph_device_type(ctx: GraphContext) -> str:
@@ -33,19 +46,42 @@ def graph_device_type(ctx: GraphContext) -> str:
     return "cpu"
 
 
+class _Factory:
+    """A zero-argument factory of capture graphs; ``shared_pool``: its graphs share a pool."""
+
+    def __init__(self, make, shared_pool: bool):
+        self.make = make
+        self.shared_pool = shared_pool
+
+    def __call__(self):
+        return self.make()
+
+
+def cpu_capture_mode() -> str:
+    """The CPU stand-in in use: "record" (default), "emulate", or "off" (run directly)."""
+    value = os.environ.get(CPU_CAPTURE_ENV, DEFAULT_CPU_CAPTURE) or DEFAULT_CPU_CAPTURE
+    if value not in CPU_CAPTURE_MODES:
+        raise ConfigError(f"{CPU_CAPTURE_ENV}={value!r}: expected one of "
+                          f"{list(CPU_CAPTURE_MODES)}")
+    return value
+
+
 def graph_factory_for(ctx: GraphContext):
     """A zero-argument factory of capture graphs, or None to run without capture."""
     plat = _platform.for_device(graph_device_type(ctx))
+    cfg = ctx.config
+    custom = cfg.aclgraph_config.use_custom_pool.raw
+    share = custom is not None or not cfg.debug.aclgraph.disable_mempool_reuse_in_same_fx.raw
     if plat.has_graph_capture:
-        cfg = ctx.config
-        pool = cfg.aclgraph_config.use_custom_pool.raw
-        share = pool is not None or not cfg.debug.aclgraph.disable_mempool_reuse_in_same_fx.raw
-        if share and pool is None:
-            pool = plat.graph_pool_handle()
+        pool = custom if custom is not None or not share else plat.graph_pool_handle()
         mode = cfg.npugraphex_config.capture_error_mode.raw
-        return lambda: DeviceGraph(plat, pool if share else None, mode)
-    if os.environ.get(CPU_CAPTURE_ENV) == "emulate":
-        return EmulatedGraph
+        return _Factory(lambda: DeviceGraph(plat, pool if share else None, mode), share)
+    stand_in = cpu_capture_mode()
+    if stand_in == "record":
+        pool = RecordPool() if share else None
+        return _Factory(lambda: RecordGraph(ctx.gm, pool), share)
+    if stand_in == "emulate":
+        return _Factory(EmulatedGraph, False)
     return None
 
 

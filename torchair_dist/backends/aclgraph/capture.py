@@ -5,13 +5,18 @@ produced (``graph.outputs``). ``capture(fn, inputs)`` returns the outputs of the
 ``replay()`` recomputes into the static output tensors. On a device that is the real
 graph replay; on CPU, :class:`EmulatedGraph` re-runs the forward and copies the results into
 the captured output tensors, so the runner's input-copy / output-aliasing / recapture logic is
-exercised exactly as on a device (enable it with ``TORCHAIR_DIST_CPU_CAPTURE=emulate``).
+exercised exactly as on a device (``TORCHAIR_DIST_CPU_CAPTURE=emulate``; the default CPU
+stand-in, ``record``, lives in :mod:`.record`).
 """
 from __future__ import annotations
 
 from typing import Any, Callable, List, Optional, Sequence
 
 import torch
+
+from ...streams import runtime as stream_runtime
+
+_CAPTURE_STREAMS: dict = {}
 
 
 class EmulatedGraph:
@@ -43,25 +48,51 @@ class DeviceGraph:
         self.pool = pool
         self.capture_error_mode = capture_error_mode
         self.outputs: Sequence[Any] = ()
+        self.user_events: List[Any] = []
 
     def capture(self, fn: Callable, inputs: List[Any]) -> Sequence[Any]:
-        """Warm up, then capture. Capturing records kernels without running them, so this
-        call's results (and its one application of any input mutation) come from the warm-up
-        run; the captured outputs are only filled by later replays."""
+        """Warm up, then capture, both on this graph's capture stream. Capturing records
+        kernels without running them, so this call's results (and its one application of any
+        input mutation) come from the warm-up run; the captured outputs are only filled by
+        later replays."""
         module = getattr(torch, self.platform.device_type)
-        # Warm up on a side stream (lazy kernel/communicator init must not be captured).
-        side = module.Stream()
-        side.wait_stream(module.current_stream())
-        with module.stream(side):
+        caller = module.current_stream()
+        stream = self.capture_stream()
+        # Warm up on the capture stream (lazy kernel/communicator init must not be captured,
+        # and whatever the warm-up creates on that stream is then known to the capture).
+        stream.wait_stream(caller)
+        with module.stream(stream):
             first = fn(list(inputs))
-        module.current_stream().wait_stream(side)
-        with module.graph(self.graph, pool=self.pool,
-                          capture_error_mode=self.capture_error_mode):
+        caller.wait_stream(stream)
+        # The warm-up results were allocated on the capture stream but are used on the
+        # caller's: tell the allocator, or it may hand their blocks out too early.
+        for out in first if isinstance(first, (list, tuple)) else [first]:
+            if isinstance(out, torch.Tensor) and out.device.type == self.platform.device_type:
+                out.record_stream(caller)
+        with stream_runtime.capture_log() as recorded, \
+                self.platform.graph_context(self.graph, pool=self.pool, stream=stream,
+                                            capture_error_mode=self.capture_error_mode):
             self.outputs = fn(list(inputs))
+        # User events recorded inside: the graph recorded private external events; the user's
+        # own are re-recorded after each replay so waits outside the graph see them.
+        self.user_events = [stream_runtime.user_object(tag) for tag in recorded]
         return first
+
+    def capture_stream(self):
+        """One capture stream per device for the process (as torch's graph context keeps)."""
+        key = (self.platform.device_type, getattr(torch, self.platform.device_type)
+               .current_device())
+        stream = _CAPTURE_STREAMS.get(key)
+        if stream is None:
+            stream = _CAPTURE_STREAMS[key] = self.platform.stream_class()
+        return stream
 
     def replay(self) -> None:
         self.graph.replay()
+        if self.user_events:
+            caller = getattr(torch, self.platform.device_type).current_stream()
+            for event in self.user_events:
+                event.record(caller)
 
     def pool_handle(self):
         return self.graph.pool()

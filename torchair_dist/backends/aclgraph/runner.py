@@ -20,6 +20,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 
 from ..context import GraphContext
+from . import report
+from .rules import CaptureSkipped, find_uncapturable, skip_message
 
 log = logging.getLogger("torchair_dist")
 
@@ -46,6 +48,11 @@ class AclGraphRunner:
 
     def __init__(self, forward: Callable, ctx: GraphContext, graph_factory: Callable[[], Any]):
         cfg = ctx.config
+        self.shared_pool = bool(getattr(graph_factory, "shared_pool", False))
+        self.uncapturable = find_uncapturable(ctx.gm)  # a device rule the graph breaks
+        self._warned_uncaptured = False
+        self._warned_pool = False
+        self._all_mutated = sorted(set(ctx.mutated_input_indices))
         aclg = cfg.debug.aclgraph
         self.forward = forward
         self.name = ctx.graph_name
@@ -66,45 +73,92 @@ class AclGraphRunner:
         self.captures: Dict[Any, _Capture] = {}
         self.fallback_eager = False
         self.capture_count = 0  # captures made, recaptures included (tests and stats)
+        self._shape_keys: Dict[Any, str] = {}  # shape part of a key -> its report name
 
     # -- keys ---------------------------------------------------------------------------
     def capture_key(self, args: Sequence[Any]):
-        key = []
+        """(shapes of the non-static inputs, addresses of the parameters)."""
+        shapes = []
         for i in self.key_shape_indices:
             a = args[i]
-            key.append(a.shape if isinstance(a, torch.Tensor) else
-                       (a if isinstance(a, (int, float, bool)) else None))
-        for i in self.key_ptr_indices:
-            a = args[i]
-            key.append(a.data_ptr() if isinstance(a, torch.Tensor) else None)
-        return tuple(key)
+            shapes.append(tuple(a.shape) if isinstance(a, torch.Tensor) else
+                          (a if isinstance(a, (int, float, bool)) else None))
+        ptrs = tuple(args[i].data_ptr() if isinstance(args[i], torch.Tensor) else None
+                     for i in self.key_ptr_indices)
+        return tuple(shapes), ptrs
+
+    def report_key(self, key) -> str:
+        name = self._shape_keys.get(key[0])
+        if name is None:
+            name = self._shape_keys[key[0]] = str(list(key[0]))
+        return name
 
     # -- call -----------------------------------------------------------------------------
     def __call__(self, args: List[Any]):
         if self.fallback_eager:
             return self.forward(args)
+        if self.uncapturable is not None:
+            return self._uncaptured(args)
         key = self.capture_key(args)
         cap = self.captures.get(key)
-        if cap is None or self.force_recapture or self._moved(cap, args):
+        reason = self._recapture_reason(cap, args)
+        if cap is None or reason:
             if cap is None and len(self.captures) >= self.capture_limit:
+                report.capture_limit(self.name, self.report_key(key), self.capture_limit)
                 return self._give_up(args)
-            cap, outputs = self._capture(args)
+            recapture = cap is not None or key[0] in {k[0] for k in self.captures}
+            if cap is None:
+                reason = ("moved parameter" if recapture else
+                          "new shape" if self.captures else "first capture")
+            try:
+                cap, outputs = self._capture(args)
+            except CaptureSkipped as skip:
+                self.uncapturable = skip.found
+                return self._uncaptured(args)
             self.captures[key] = cap
+            report.captured(self.name, self.report_key(key), reason, recapture)
         else:
             self._copy_inputs(cap, args)
             cap.graph.replay()
+            report.replayed(self.name, self.report_key(key))
             outputs = cap.outputs
-        if self.clone_output:
+        if self.clone_output or self._pool_shared_by_several():
             return [o.clone() if isinstance(o, torch.Tensor) and not alias else o
                     for o, alias in zip(outputs, cap.output_alias)]
         return list(outputs)
 
-    def _moved(self, cap: _Capture, args) -> bool:
+    def _recapture_reason(self, cap: Optional[_Capture], args) -> str:
+        if cap is None:
+            return ""
+        if self.force_recapture:
+            return "force_recapture"
         for i, ptr in cap.pinned_ptrs.items():
             if args[i].data_ptr() != ptr:
-                log.debug("%s: input %d moved, recapturing", self.name, i)
-                return True
-        return False
+                return f"moved mutated input {i}"
+        return ""
+
+    def _pool_shared_by_several(self) -> bool:
+        """Captures sharing one pool: a replay may overwrite outputs kept from another key's
+        replay (its intermediates can reuse their blocks), so outputs are returned as copies."""
+        if not (self.shared_pool and len(self.captures) > 1):
+            return False
+        if not self._warned_pool:
+            self._warned_pool = True
+            warnings.warn(
+                f"graph {self.name} now holds {len(self.captures)} captures (graph keys) that "
+                f"share one memory pool: a replay of one key can overwrite the outputs kept "
+                f"from another key's replay, so its outputs are returned as copies from now on. "
+                f"Set config.debug.aclgraph.disable_mempool_reuse_in_same_fx=True to give each "
+                f"capture its own pool (no copies, more memory).", UserWarning, stacklevel=3)
+        return True
+
+    def _uncaptured(self, args):
+        if not self._warned_uncaptured:
+            self._warned_uncaptured = True
+            warnings.warn(skip_message(self.name, self.uncapturable), UserWarning, stacklevel=3)
+        found = self.uncapturable
+        report.uncaptured(self.name, f"{found.op} {found.why} at {found.where}")
+        return self.forward(args)
 
     def _copy_inputs(self, cap: _Capture, args) -> None:
         static = cap.static_inputs
@@ -128,15 +182,30 @@ class AclGraphRunner:
         pinned = {i: args[i].data_ptr() for i in self.mutated_indices
                   if isinstance(args[i], torch.Tensor)}
         graph = self.graph_factory()
-        first = graph.capture(self.forward, static_inputs)
+        if getattr(graph, "executes_capture", False):
+            first = self._capture_restorable(graph, static_inputs, args)
+        else:
+            first = graph.capture(self.forward, static_inputs)
         outputs = graph.outputs
         self.capture_count += 1
         ptrs = {a.untyped_storage().data_ptr() for a in static_inputs
                 if isinstance(a, torch.Tensor)}
         alias = [isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() in ptrs
                  for o in outputs]
-        log.debug("%s: captured key #%d", self.name, len(self.captures) + 1)
         return _Capture(graph, static_inputs, copy_indices, pinned, outputs, alias), first
+
+    def _capture_restorable(self, graph, static_inputs, args):
+        """A stand-in capture really runs the graph: if it stops half way (a host-side call),
+        undo its input mutations so the uncaptured run applies them exactly once."""
+        saved = {i: args[i].clone() for i in self._all_mutated
+                 if isinstance(args[i], torch.Tensor)}
+        try:
+            return graph.capture(self.forward, static_inputs)
+        except CaptureSkipped:
+            with torch.no_grad():
+                for i, value in saved.items():
+                    args[i].copy_(value)
+            raise
 
     def _give_up(self, args):
         warnings.warn(

@@ -1,0 +1,469 @@
+"""The device check: ``make gpu-check`` (CUDA) / ``make npu-check`` (Ascend, torch_npu).
+
+  python scripts/device_check.py --device cuda|npu [--tokens 32] [--bench-steps 64]
+  python scripts/device_check.py --dry-run          # the same checks on CPU (record stand-in)
+
+Runs, on one device, the checks CPU CI cannot make, then a decode benchmark, and prints one
+table. Checks (each PASS / FAIL / SKIP with a reason):
+
+* ACL capture/replay (mode ``npugraph_ex``): static inputs (parameters used in place, new data
+  every call), input mutation (and recapture when the mutated input moves), outputs kept across
+  another shape's replay (shared pool), recapture past the capture limit, streams and events
+  (a user event recorded inside the compiled region and waited on outside);
+* collectives inside a capture on a world-size-1 process group (NCCL / HCCL): all_reduce,
+  all_gather_into_tensor and barrier, captured (not skipped) and replayed; then the same on one
+  rank per device (up to 4) when the machine has two or more (the dry run: 2 gloo ranks);
+* HF Llama (tiny random config) greedy decode with a ``StaticCache`` in every mode
+  (npugraph_ex, reduce-overhead, max-autotune) == eager.
+
+Benchmark: per-token decode latency of eager, ours (npugraph_ex, reduce-overhead), torch's
+``cudagraphs`` backend and inductor ``mode="reduce-overhead"`` (CUDA only).
+
+Exit status: 0 all checks passed (SKIPs allowed), 1 a check failed, 2 no such device.
+Sized to finish in a few minutes on one GPU (budget: 8 minutes).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import traceback
+import warnings
+from typing import Callable, Dict, List, Optional, Tuple
+
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "launch"))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+MODES = ("npugraph_ex", "reduce-overhead", "max-autotune")
+
+
+class Skip(Exception):
+    """A check that does not apply here (the message says why)."""
+
+
+# -- device selection ------------------------------------------------------------------------
+def resolve_device(name: str, dry_run: bool) -> torch.device:
+    """The device to check, or exit 2 with a message that says what is missing."""
+    if dry_run:
+        os.environ["TORCHAIR_DIST_PLATFORM"] = "cpu"
+        os.environ["TORCHAIR_DIST_CPU_CAPTURE"] = "record"
+        return torch.device("cpu")
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            _no_device(f"no CUDA device: torch.cuda.is_available() is False (torch "
+                       f"{torch.__version__}, CUDA build: {torch.version.cuda or 'no'})")
+        return torch.device("cuda", 0)
+    from torchair_dist import platform
+
+    if platform.current().name != "npu":
+        _no_device(f"no Ascend NPU: {platform.npu_status()}")
+    return torch.device("npu", 0)
+
+
+def _no_device(why: str) -> None:
+    print(f"device check: {why}.\nRun it on a machine with that device (and a torch build for "
+          f"it), or add --dry-run to run the same checks on CPU with the recording stand-in.",
+          file=sys.stderr)
+    sys.exit(2)
+
+
+def sync(device: torch.device) -> None:
+    if device.type != "cpu":
+        getattr(torch, device.type).synchronize()
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def compile_ours(fn, mode="npugraph_ex", dynamic=False, **options):
+    import torchair_dist
+
+    cfg = torchair_dist.CompilerConfig()
+    cfg.mode = mode
+    for path, value in options.items():
+        cfg.option(path).set(value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        backend = torchair_dist.get_npu_backend(compiler_config=cfg)
+    return torch.compile(fn, backend=backend, fullgraph=True, dynamic=dynamic)
+
+
+def short(exc: BaseException, width: int = 100) -> str:
+    """The telling line of an error (Dynamo wraps backend errors in a long first line)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in lines:
+        if "Error:" in line and not line.startswith("backend="):
+            return line[:width]
+    return (lines[0] if lines else type(exc).__name__)[:width]
+
+
+def close(a, b, tol=1e-4) -> None:
+    torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+def one_key() -> Dict:
+    import torchair_dist
+
+    report = torchair_dist.capture_report()
+    assert len(report) == 1, f"expected one graph, report: {report}"
+    (keys,) = report.values()
+    return keys
+
+
+def not_skipped(caught) -> None:
+    skips = [str(w.message) for w in caught if "not captured" in str(w.message)]
+    assert not skips, skips[0]
+
+
+# -- checks ------------------------------------------------------------------------------------
+def check_static_inputs(dev):
+    lin = torch.nn.Linear(32, 16).to(dev)
+    f = compile_ours(lin)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            x = torch.randn(4, 32, device=dev)
+            close(f(x), lin(x))
+    not_skipped(caught)
+    (counts,) = one_key().values()
+    assert (counts["captures"], counts["replays"]) == (1, 2), counts
+    return "parameters in place, 1 capture + 2 replays == eager"
+
+
+def check_mutation(dev):
+    def g(x, acc):
+        acc.add_(x)
+        return acc * 2
+
+    f = compile_ours(g)
+    acc, ref = torch.zeros(8, device=dev), torch.zeros(8, device=dev)
+    for _ in range(3):
+        x = torch.randn(8, device=dev)
+        close(f(x, acc), g(x, ref))
+        close(acc, ref)
+    other, other_ref = torch.ones(8, device=dev), torch.ones(8, device=dev)
+    x = torch.randn(8, device=dev)
+    close(f(x, other), g(x, other_ref))
+    close(other, other_ref)
+    close(acc, ref)
+    (counts,) = one_key().values()
+    assert counts["recaptures"] == 1, counts
+    return f"mutation written back; moved input recaptured ({counts['capture_reasons']})"
+
+
+def check_pool(dev):
+    f = compile_ours(lambda x: x * 2 + 1, dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f(torch.ones(3, device=dev))
+        f(torch.ones(4, device=dev))
+        kept = f(torch.full((4,), 2.0, device=dev))
+        f(torch.full((3,), 7.0, device=dev))
+    sync(dev)
+    close(kept, torch.full((4,), 5.0, device=dev))
+    return "outputs kept across another shape's replay are intact"
+
+
+def check_recapture(dev):
+    f = compile_ours(lambda x: x * 3, dynamic=True,
+                     **{"debug.aclgraph.static_capture_size_limit": 2})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (2, 3, 2, 4, 5):
+            x = torch.randn(n, device=dev)
+            close(f(x), x * 3)
+    hits = [w for w in caught if "static_capture_size_limit reached" in str(w.message)]
+    assert len(hits) == 1, [str(w.message) for w in caught]
+    return "2 shapes captured, limit reached once, eager afterwards == eager"
+
+
+def check_streams_events(dev):
+    from torchair_dist import npu_stream_switch, npu_wait_tensor
+
+    def tagged(x, w):
+        h = x @ w
+        with npu_stream_switch("side", 0):
+            npu_wait_tensor(x, h)
+            y = torch.relu(h) * 2
+        return h + y
+
+    f = compile_ours(tagged)
+    for _ in range(3):
+        x, w = torch.randn(16, 16, device=dev), torch.randn(16, 16, device=dev)
+        close(f(x, w), tagged(x, w))
+    if dev.type == "cpu":
+        return "tagged streams == eager (torch.Event: no CPU events, device only)"
+    stream, event = torch.Stream(device=dev), torch.Event(device=dev)
+
+    def user_objects(x):
+        with stream:
+            y = x * 2 + 1
+            event.record(stream)
+        return y
+
+    torch._dynamo.reset()
+    g = compile_ours(user_objects)
+    for _ in range(3):
+        x = torch.randn(1 << 16, device=dev)
+        y = g(x)
+        event.synchronize()  # recorded inside the compiled region, waited on outside
+        assert event.query(), "the user's event was never recorded"
+        close(y, x * 2 + 1)
+    return "tagged streams and a user torch.Event recorded inside, waited outside"
+
+
+def check_collectives(dev):
+    backend = {"cuda": "nccl", "npu": "hccl"}.get(dev.type, "gloo")
+    store = dist.HashStore()
+    dist.init_process_group(backend, rank=0, world_size=1, store=store,
+                            device_id=dev if dev.type != "cpu" else None)
+    try:
+        def step(x):
+            y = x * 2
+            dist.all_reduce(y)
+            out = torch.empty(dist.get_world_size() * y.shape[0], *y.shape[1:], device=y.device)
+            dist.all_gather_into_tensor(out, y)
+            dist.barrier()
+            return out + 1
+
+        f = compile_ours(step)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                x = torch.randn(8, 4, device=dev)
+                close(f(x), x * 2 + 1)
+        not_skipped(caught)
+        (counts,) = one_key().values()
+        assert counts["replays"] == 2, counts
+        return f"{backend} world 1: all_reduce, all_gather, barrier captured + 2 replays"
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _rank_collectives(rank: int, world: int, port: int, device_type: str) -> None:
+    """One rank of the multi-rank check (spawned); raises on a wrong result."""
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    if device_type == "cpu":
+        os.environ["TORCHAIR_DIST_PLATFORM"] = "cpu"
+        os.environ["TORCHAIR_DIST_CPU_CAPTURE"] = "record"
+        dev = torch.device("cpu")
+    else:
+        if device_type == "npu":
+            import torch_npu  # noqa: F401
+        getattr(torch, device_type).set_device(rank)
+        dev = torch.device(device_type, rank)
+    backend = {"cuda": "nccl", "npu": "hccl"}.get(device_type, "gloo")
+    store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=_timedelta(120))
+    dist.init_process_group(backend, rank=rank, world_size=world, store=store)
+    try:
+        def step(x):
+            y = x * (dist.get_rank() + 1)
+            dist.all_reduce(y)
+            out = torch.empty(world * y.shape[0], *y.shape[1:], device=y.device)
+            dist.all_gather_into_tensor(out, y)
+            dist.barrier()
+            return out
+
+        f = compile_ours(step)
+        total = sum(r + 1 for r in range(world))
+        for i in range(3):
+            x = torch.full((4, 2), float(i + 1), device=dev)
+            close(f(x), (x * total).repeat(world, 1))
+    finally:
+        dist.destroy_process_group()
+
+
+def _timedelta(seconds: int):
+    import datetime
+
+    return datetime.timedelta(seconds=seconds)
+
+
+def check_collectives_multirank(dev):
+    count = 2 if dev.type == "cpu" else getattr(torch, dev.type).device_count()
+    world = min(count, 4)
+    if world < 2:
+        raise Skip(f"one {dev.type} device: the multi-rank check needs two or more")
+    import torch.multiprocessing as mp
+
+    ctx = mp.start_processes(_rank_collectives, args=(world, _free_port(), dev.type),
+                             nprocs=world, join=False, start_method="spawn")
+    deadline = time.monotonic() + 240
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            raise TimeoutError(f"{world}-rank collective check did not finish in 240 s")
+    return f"{world} ranks: all_reduce, all_gather, barrier in capture == expected"
+
+
+def _decode(step: Callable, model, ids, tokens: int, dev) -> torch.Tensor:
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config, max_cache_len=ids.shape[1] + tokens + 1)
+    outs = []
+    with torch.no_grad():
+        pos = torch.arange(ids.shape[1], device=dev)
+        logits = model(input_ids=ids, cache_position=pos, past_key_values=cache,
+                       use_cache=True).logits
+        for i in range(tokens):
+            tok = logits[:, -1:].argmax(-1)
+            outs.append(logits[:, -1].clone())  # replays overwrite the output buffer
+            pos = torch.tensor([ids.shape[1] + i], device=dev)
+            logits = step(tok, pos, cache)
+    return torch.stack(outs)
+
+
+def _llama(dev, **overrides):
+    from models import tiny_llama
+
+    return tiny_llama(0, **overrides).to(dev)
+
+
+def _step_of(model):
+    def step(tok, pos, cache):
+        return model(input_ids=tok, cache_position=pos, past_key_values=cache,
+                     use_cache=True).logits
+    return step
+
+
+def make_decode_check(mode: str, tokens: int):
+    def check(dev):
+        model = _llama(dev)
+        ids = torch.randint(0, 128, (1, 6), generator=torch.Generator().manual_seed(0)).to(dev)
+        ref = _decode(_step_of(model), model, ids, tokens, dev)
+        try:
+            got = _decode(compile_ours(_step_of(model), mode), model, ids, tokens, dev)
+        except Exception as exc:  # GE needs CANN: on CPU/CUDA max-autotune may not convert
+            if mode == "max-autotune" and dev.type != "npu":
+                raise Skip(f"max-autotune (GE) off NPU: {short(exc)}")
+            raise
+        close(got, ref, 2e-3)
+        return f"{tokens} greedy tokens == eager (max diff {(got - ref).abs().max():.2e})"
+    return check
+
+
+# -- benchmark ---------------------------------------------------------------------------------
+def bench_decode(dev, steps: int) -> List[Tuple[str, str]]:
+    model = _llama(dev, num_hidden_layers=4, hidden_size=256, intermediate_size=512)
+    ids = torch.randint(0, 128, (1, 16), generator=torch.Generator().manual_seed(0)).to(dev)
+    variants: Dict[str, Optional[Callable]] = {"eager": None}
+    for mode in ("npugraph_ex", "reduce-overhead"):
+        variants[f"torchair_dist {mode}"] = lambda s, m=mode: compile_ours(s, m)
+    variants["torch cudagraphs backend"] = lambda s: torch.compile(s, backend="cudagraphs")
+    variants["inductor reduce-overhead"] = lambda s: torch.compile(s, mode="reduce-overhead")
+    rows = []
+    for name, make in variants.items():
+        if dev.type != "cuda" and name.startswith(("torch cudagraphs", "inductor")):
+            rows.append((name, "n/a (CUDA only)"))
+            continue
+        torch._dynamo.reset()
+        try:
+            step = _step_of(model) if make is None else make(_step_of(model))
+            rows.append((name, f"{_time_decode(step, model, ids, steps, dev) * 1e3:.3f}"))
+        except Exception as exc:
+            rows.append((name, f"error: {short(exc, 70)}"))
+    return rows
+
+
+def _time_decode(step, model, ids, steps: int, dev) -> float:
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config, max_cache_len=ids.shape[1] + steps + 8)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model(input_ids=ids, cache_position=torch.arange(ids.shape[1], device=dev),
+              past_key_values=cache, use_cache=True)
+        tok, times = ids[:, -1:], []
+        for i in range(steps + 3):  # 3 warm-up steps (compile, capture)
+            pos = torch.tensor([ids.shape[1] + i], device=dev)
+            sync(dev)
+            t0 = time.perf_counter()
+            tok = step(tok, pos, cache)[:, -1:].argmax(-1)
+            sync(dev)
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times[3:])
+
+
+# -- main --------------------------------------------------------------------------------------
+def run_checks(dev, tokens: int, only: str = "") -> List[Tuple[str, str, str]]:
+    import torchair_dist
+
+    checks = [("capture: static inputs", check_static_inputs),
+              ("capture: mutation", check_mutation),
+              ("capture: shared pool", check_pool),
+              ("capture: recapture/limit", check_recapture),
+              ("capture: streams/events", check_streams_events),
+              ("collectives in capture", check_collectives),
+              ("collectives, all devices", check_collectives_multirank)]
+    checks += [(f"HF decode {mode}", make_decode_check(mode, tokens)) for mode in MODES]
+    checks = [(name, check) for name, check in checks if only in name]
+    results = []
+    for name, check in checks:
+        torch._dynamo.reset()
+        torchair_dist.reset_capture_report()
+        t0 = time.perf_counter()
+        try:
+            status, detail = "PASS", check(dev)
+        except Skip as skip:
+            status, detail = "SKIP", str(skip)
+        except Exception as exc:
+            status = "FAIL"
+            detail = f"{type(exc).__name__}: {short(exc)}"
+            traceback.print_exc()
+        results.append((name, status, f"{detail} [{time.perf_counter() - t0:.1f}s]"))
+        print(f"  {status:<4} {name}: {detail}", flush=True)
+    return results
+
+
+def print_table(dev, results, bench) -> None:
+    print(f"\n== torchair_dist device check on {dev} (torch {torch.__version__}) ==")
+    print(f"{'check':<28} {'result':<6} detail")
+    for name, status, detail in results:
+        print(f"{name:<28} {status:<6} {detail}")
+    if bench:
+        print(f"\n{'decode benchmark (4-layer Llama, dim 256)':<44} ms/token")
+        for name, value in bench:
+            print(f"{name:<44} {value}")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description="torchair_dist device check (gpu/npu-check)")
+    parser.add_argument("--device", choices=("cuda", "npu"), default="cuda")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="run the checks on CPU with the recording stand-in")
+    parser.add_argument("--tokens", type=int, default=16, help="decode tokens per check")
+    parser.add_argument("--bench-steps", type=int, default=64, help="timed decode steps")
+    parser.add_argument("--skip-bench", action="store_true")
+    parser.add_argument("--only", default="", help="run only the checks whose name contains it")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    dev = resolve_device(args.device, args.dry_run)
+    print(f"device check on {dev}{' (dry run: CPU, record stand-in)' if args.dry_run else ''}")
+    t0 = time.perf_counter()
+    warnings.filterwarnings("ignore", category=FutureWarning)  # HF's past_key_values notice
+    results = run_checks(dev, args.tokens, args.only)
+    bench = [] if args.skip_bench else bench_decode(dev, args.bench_steps)
+    print_table(dev, results, bench)
+    print(f"\ntotal {time.perf_counter() - t0:.0f}s")
+    return 1 if any(status == "FAIL" for _, status, _ in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

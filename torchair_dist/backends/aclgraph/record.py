@@ -1,0 +1,236 @@
+"""``TORCHAIR_DIST_CPU_CAPTURE=record``: a CPU stand-in for a device graph that really records.
+
+Capture runs the FX graph once under a ``TorchDispatchMode`` that records every dispatched op
+with its tensors: aten ops, torch's ``_c10d_functional`` collectives, the ``torchair_dist::``
+collectives and the stream ops. Replay re-issues exactly those ops, in order, without running
+Python or FX: a function is generated from the record (one line per op), whose inputs are the
+captured buffers (the runner's static inputs, used in place) and whose results are copied into
+the captured output tensors. So, as on a device:
+
+* a replay reads the *captured* input buffers: an input the runner did not copy in, or a
+  parameter swapped for another tensor, is not seen;
+* shapes, Python control flow and host values are frozen at capture;
+* outputs are the same tensors every replay, overwritten by the next one;
+* collectives are re-issued on every replay, in the captured order;
+* a graph that breaks a device rule (:mod:`.rules`) is not captured.
+
+Captures of one runner that share a memory pool model the worst case of a real pool: a replay
+overwrites the outputs of the graphs captured after it in the same pool (as a device graph's
+intermediates may reuse blocks those outputs later took), so code that keeps outputs of one
+shape across another shape's replay sees garbage on CPU too.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+import torch.fx
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ...streams.rewrite import where
+from .rules import HostCallGuard
+
+
+class _Recorder(TorchDispatchMode):
+    """Records (op, args, kwargs, outputs) of every dispatched op."""
+
+    def __init__(self):
+        super().__init__()
+        self.entries: List[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.entries.append((func, args, kwargs, out))
+        return out
+
+
+class _NodeTracker(torch.fx.Interpreter):
+    """Runs the graph node by node, remembering the current node (for source lines)."""
+
+    def __init__(self, gm):
+        super().__init__(gm, garbage_collect_values=False)
+        self.current: Optional[torch.fx.Node] = None
+
+    def run_node(self, n):
+        self.current = n
+        return super().run_node(n)
+
+    def where(self) -> str:
+        return where(self.current) if self.current is not None else "<graph input>"
+
+
+class _Codegen:
+    """Turns a record into Python source: ``def replay(B, K)`` returning the graph outputs."""
+
+    def __init__(self, inputs: Sequence[Any]):
+        self.lines: List[str] = []
+        self.consts: List[Any] = []
+        self.names: Dict[int, str] = {}
+        for i, x in enumerate(inputs):
+            if isinstance(x, torch.Tensor):
+                self.names.setdefault(id(x), f"B[{i}]")
+
+    def const(self, value) -> str:
+        self.consts.append(value)
+        return f"K[{len(self.consts) - 1}]"
+
+    def expr(self, value) -> str:
+        if isinstance(value, torch.Tensor):
+            return self.names.get(id(value)) or self.const(value)
+        if isinstance(value, (list, tuple)):
+            inner = ", ".join(self.expr(v) for v in value)
+            return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if value else ''})"
+        if isinstance(value, (bool, int, str, type(None))):
+            return repr(value)
+        if isinstance(value, float) and value == value and abs(value) != float("inf"):
+            return repr(value)
+        return self.const(value)  # dtypes, devices, SymInts frozen at capture, nan/inf ...
+
+    def bind(self, value, name: str) -> None:
+        if isinstance(value, torch.Tensor):
+            self.names[id(value)] = name
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                self.bind(v, f"{name}[{i}]")
+
+    def emit(self, counter, func, args, kwargs, out) -> None:
+        parts = [self.expr(a) for a in args]
+        parts += [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
+        name = f"v{next(counter)}"
+        self.lines.append(f"    {name} = {self.const(func)}({', '.join(parts)})")
+        self.bind(out, name)
+
+
+class RecordPool:
+    """The memory pool shared by the record graphs of one runner (see the module doc)."""
+
+    def __init__(self):
+        self.graphs: List[weakref.ref] = []
+
+    def add(self, graph: "RecordGraph") -> None:
+        self.graphs.append(weakref.ref(graph))
+
+    def clobber_after(self, graph: "RecordGraph") -> None:
+        """Overwrite the pool outputs of the graphs captured after ``graph``."""
+        live = [g() for g in self.graphs]
+        live = [g for g in live if g is not None]
+        if graph not in live:
+            return
+        for later in live[live.index(graph) + 1:]:
+            for out in later.pool_outputs:
+                _poison(out)
+
+
+def _poison(t: torch.Tensor) -> None:
+    with torch.no_grad():
+        if t.is_floating_point() or t.is_complex():
+            t.fill_(float("nan"))
+        elif t.dtype == torch.bool:
+            t.fill_(True)
+        else:
+            t.fill_(-12345)
+
+
+class RecordGraph:
+    """Capture by recording dispatched ops; replay re-issues them on the captured buffers."""
+
+    executes_capture = True  # capture really runs the graph (the runner can undo a skip)
+
+    def __init__(self, gm: torch.fx.GraphModule, pool: Optional[RecordPool] = None):
+        self.gm = gm
+        self.pool = pool
+        self.outputs: Sequence[Any] = ()
+        self.pool_outputs: List[torch.Tensor] = []
+        self.source = ""
+        self.ops: List[Any] = []
+        self._replay: Optional[Callable] = None
+        self._buffers: List[Any] = []
+        self._consts: List[Any] = []
+
+    def capture(self, fn: Callable, inputs: List[Any]) -> Sequence[Any]:
+        """Run the graph once on ``inputs`` (the captured buffers), recording its ops; returns
+        this call's outputs, which are also the captured output tensors. Raises
+        :class:`CaptureSkipped` when the graph makes a host-side call."""
+        tracker = _NodeTracker(self.gm)
+        recorder = _Recorder()
+        with HostCallGuard(tracker.where).active(), recorder, torch.no_grad():
+            outputs = tracker.run(*inputs)
+        outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        self._build(inputs, recorder.entries, outputs)
+        self.outputs = outputs
+        self._buffers = list(inputs)
+        if self.pool is not None:
+            self.pool.add(self)
+        return outputs
+
+    def _build(self, inputs, entries, outputs) -> None:
+        gen = _Codegen(inputs)
+        counter = itertools.count()
+        for func, args, kwargs, out in entries:
+            gen.emit(counter, func, args, kwargs, out)
+        storages = {x.untyped_storage().data_ptr() for x in inputs
+                    if isinstance(x, torch.Tensor)}
+        results = []
+        self.pool_outputs = []
+        for o in outputs:
+            results.append(gen.expr(o))
+            if isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() not in storages:
+                self.pool_outputs.append(o)
+        ret = f"    return [{', '.join(results)}]"
+        body = _free_dead_values(gen.lines, ret)
+        # The constants (ops, frozen arguments) become closure cells: no indexing per op.
+        self.source = _closure_source(len(gen.consts), body + [ret])
+        namespace: Dict[str, Any] = {}
+        exec(compile(self.source, "<torchair_dist record replay>", "exec"), namespace)  # noqa: S102
+        self._replay = namespace["make"](gen.consts)
+        self._consts = gen.consts
+        self.ops = [entry[0] for entry in entries]  # what a replay issues, in order
+
+    def replay(self) -> None:
+        with torch.no_grad():
+            fresh = self._replay(self._buffers)
+            for static, new in zip(self.outputs, fresh):
+                if isinstance(static, torch.Tensor) and not _same_view(static, new):
+                    static.copy_(new)
+        if self.pool is not None:
+            self.pool.clobber_after(self)
+
+
+_VALUE = re.compile(r"\bv\d+\b")
+
+
+def _free_dead_values(lines: List[str], ret: str) -> List[str]:
+    """Insert ``del`` after each value's last use, as FX's code does, so a replay's
+    intermediates are freed as early as the forward frees them."""
+    last: Dict[str, int] = {}
+    for i, line in enumerate(lines):
+        for name in _VALUE.findall(line):
+            last[name] = i
+    keep = set(_VALUE.findall(ret))
+    out: List[str] = []
+    for i, line in enumerate(lines):
+        out.append(line)
+        dead = sorted(n for n, at in last.items() if at == i and n not in keep)
+        if dead:
+            out.append(f"    del {', '.join(dead)}")
+    return out
+
+
+def _closure_source(n_consts: int, body: List[str]) -> str:
+    """``make(K)`` binds the constants to locals K0..Kn and returns ``replay(B)``."""
+    head = ["def make(K):"] + [f"    K{i} = K[{i}]" for i in range(n_consts)]
+    head.append("    def replay(B):")
+    code = [_CONST.sub(lambda m: f"K{m.group(1)}", "    " + line) for line in body]
+    return "\n".join(head + code + ["    return replay", ""])
+
+
+_CONST = re.compile(r"\bK\[(\d+)\]")
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape
+                      and a.stride() == b.stride())

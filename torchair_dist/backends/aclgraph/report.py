@@ -1,0 +1,105 @@
+"""The capture report: per graph and graph key, how often it was captured, replayed and
+recaptured, and why.
+
+Events are counted per process and logged at DEBUG on the ``torchair_dist`` logger, one line
+per event, containing "capture" / "replay". ``torch._dynamo.reset()`` (which drops the compiled
+graphs) clears the counts too: torch has no reset hook, so the report keeps a marker in a cache
+that ``reset`` clears (Dynamo's warn-once cache) and starts over when the marker is gone.
+
+Public API (re-exported as ``torchair_dist.capture_report`` / ``reset_capture_report``)::
+
+    >>> torchair_dist.capture_report()
+    {'graph_0': {'[(4, 8)]': {'captures': 2, 'replays': 9, 'recaptures': 1,
+                              'capture_reasons': {'first capture': 1,
+                                                  'moved mutated input 1': 1}}},
+     'graph_1': {'*': {'uncaptured_runs': 3, 'uncaptured_reason': 'aten.nonzero.default ...'}}}
+
+Keys: ``captures`` (first captures and recaptures), ``replays``, ``recaptures`` (captures of
+a key that was captured before), ``capture_reasons`` (per reason: "first capture", "new shape"
+for a later key of the same graph, and the recapture reasons "moved mutated input <i>",
+"moved parameter <i>", "force_recapture"),
+``capture_limit`` (1 when the key hit ``static_capture_size_limit`` and the graph gave up
+capturing), and for a graph that breaks a device-graph rule the ``*`` key with
+``uncaptured_runs`` and ``uncaptured_reason``.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict
+
+import torch._dynamo.utils as _dynamo_utils
+
+log = logging.getLogger("torchair_dist")
+
+_MARKER = "torchair_dist capture report generation"
+_counts: Dict[tuple, int] = {}
+_reasons: Dict[tuple, str] = {}  # (graph, "*") -> why the graph is not captured
+
+
+def _current() -> Dict[tuple, int]:
+    """The counts, cleared if ``torch._dynamo.reset()`` ran since the last event."""
+    cache = getattr(_dynamo_utils, "warn_once_cache", None)
+    if cache is not None and _MARKER not in cache:
+        _counts.clear()
+        _reasons.clear()
+        cache.add(_MARKER)
+    return _counts
+
+
+def _bump(graph: str, key: str, what: str) -> None:
+    counts = _current()
+    counts[(graph, key, what)] = counts.get((graph, key, what), 0) + 1
+
+
+def captured(graph: str, key: str, reason: str, recapture: bool) -> None:
+    """A capture of ``key``: the first ("first capture", "new shape") or a recapture."""
+    _bump(graph, key, "captures")
+    _bump(graph, key, "reason:" + reason)
+    if recapture:
+        _bump(graph, key, "recaptures")
+        log.debug("%s: recapture of key %s (%s)", graph, key, reason)
+    else:
+        log.debug("%s: capture of key %s (%s)", graph, key, reason)
+
+
+def replayed(graph: str, key: str) -> None:
+    _bump(graph, key, "replays")
+    log.debug("%s: replay of key %s", graph, key)
+
+
+def capture_limit(graph: str, key: str, limit: int) -> None:
+    _bump(graph, key, "capture_limit")
+    log.debug("%s: no capture of key %s: static_capture_size_limit=%d reached, running "
+              "eagerly", graph, key, limit)
+
+
+def uncaptured(graph: str, reason: str) -> None:
+    _current()
+    _reasons.setdefault((graph, "*"), reason)
+    _bump(graph, "*", "uncaptured_runs")
+    log.debug("%s: uncaptured run, not a capture or replay (%s)", graph, reason)
+
+
+def capture_report() -> Dict[str, Dict[str, Dict[str, Any]]]:
+    """{graph name: {graph key: counts}} for every ACL graph since the last reset."""
+    out: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    for (graph, key, what), n in sorted(_current().items(), key=lambda kv: str(kv[0])):
+        entry = out.setdefault(graph, {}).setdefault(key, {})
+        if what.startswith("reason:"):
+            entry.setdefault("capture_reasons", {})[what[len("reason:"):]] = n
+        else:
+            entry[what] = n
+        if key == "*":
+            entry["uncaptured_reason"] = _reasons.get((graph, key), "")
+    for keys in out.values():
+        for key, entry in keys.items():
+            if key != "*":
+                for name in ("captures", "replays", "recaptures"):
+                    entry.setdefault(name, 0)
+    return out
+
+
+def reset_capture_report() -> None:
+    """Forget every count (``torch._dynamo.reset()`` does this too)."""
+    _counts.clear()
+    _reasons.clear()

@@ -1,0 +1,121 @@
+"""Device-graph capture rules: what a CUDA/NPU graph cannot capture, found before capturing.
+
+A device graph records kernels on a stream; anything that needs the host in the middle of the
+graph cannot be captured: a host sync (``.item()``, ``.tolist()``, an op whose output size
+depends on the data such as ``nonzero``), a copy between the host and the device, a stream
+``synchronize``, or a host-side call inside an op's kernel (``dist.barrier``). A graph that
+breaks a rule is not captured: it runs uncaptured, with one warning naming the op and the
+user's source line (:func:`skip_message`).
+
+:func:`find_uncapturable` checks the FX graph statically; :class:`HostCallGuard` catches the
+host-side calls made inside opaque kernels while the recording stand-in captures.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Iterator, Optional
+
+import torch
+import torch.distributed as dist
+import torch.fx
+
+from ...streams.ops import NAMESPACE as STREAMS_NS
+from ...streams.rewrite import where
+
+_DATA_DEPENDENT_TAGS = (torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape)
+_COPY_OPS = ("aten._to_copy.default", "aten.copy_.default", "aten.copy.default",
+             "prims.device_put.default", "aten._to_copy.out")
+
+
+@dataclasses.dataclass
+class Uncapturable:
+    """Why a graph cannot be captured: the op, what it needs, and where the user wrote it."""
+
+    op: str
+    why: str
+    where: str
+
+
+class CaptureSkipped(Exception):
+    """Raised inside a capture when the graph breaks a device-graph rule (caught by the
+    runner, which then runs the graph uncaptured)."""
+
+    def __init__(self, found: Uncapturable):
+        super().__init__(f"{found.op}: {found.why}")
+        self.found = found
+
+
+def skip_message(graph_name: str, found: Uncapturable) -> str:
+    return (f"torchair_dist: graph {graph_name} is not captured and runs uncaptured (no "
+            f"device-graph replay): {found.op} {found.why}, at {found.where}. Move it out of "
+            f"the compiled region (or compute it on the device) to get the graph captured.")
+
+
+def _device_of(value) -> Optional[torch.device]:
+    return value.device if isinstance(value, torch.Tensor) else None
+
+
+def _crosses_devices(node: torch.fx.Node) -> bool:
+    out = _device_of(node.meta.get("val"))
+    for arg in node.all_input_nodes:
+        src = _device_of(arg.meta.get("val"))
+        if src is not None and out is not None and src.type != out.type:
+            return True
+    return False
+
+
+def node_rule(node: torch.fx.Node) -> Optional[Uncapturable]:
+    """The rule ``node`` breaks, or None."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return None
+    target = node.target
+    name = f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+    if any(tag in target.tags for tag in _DATA_DEPENDENT_TAGS):
+        return Uncapturable(name, "needs the tensor data on the host (a host sync: its "
+                                  "result or output size depends on the data)", where(node))
+    if target.namespace == STREAMS_NS and target._schema.name.endswith("synchronize"):
+        return Uncapturable(name, "makes the host wait for a stream (a host sync)", where(node))
+    if name in _COPY_OPS and _crosses_devices(node):
+        return Uncapturable(name, "copies between the host and the device", where(node))
+    return None
+
+
+def find_uncapturable(gm: torch.fx.GraphModule) -> Optional[Uncapturable]:
+    """The first node of ``gm`` a device graph cannot capture, or None."""
+    for node in gm.graph.nodes:
+        found = node_rule(node)
+        if found is not None:
+            return found
+    return None
+
+
+_HOST_CALLS = ("barrier", "monitored_barrier")
+
+
+class HostCallGuard:
+    """While active, the host-side ``torch.distributed`` calls that a device graph cannot
+    hold (``dist.barrier``: it synchronizes the host) raise :class:`CaptureSkipped` instead
+    of running. ``where()`` gives the current user source line."""
+
+    def __init__(self, where_fn):
+        self.where_fn = where_fn
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        saved = {name: getattr(dist, name) for name in _HOST_CALLS}
+
+        def refuse(name):
+            def call(*args, **kwargs):
+                raise CaptureSkipped(Uncapturable(
+                    f"torch.distributed.{name}", "is a host-side call (it synchronizes the "
+                    "host, which a device graph cannot capture)", self.where_fn()))
+            return call
+
+        for name in _HOST_CALLS:
+            setattr(dist, name, refuse(name))
+        try:
+            yield
+        finally:
+            for name, fn in saved.items():
+                setattr(dist, name, fn)
