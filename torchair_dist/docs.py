@@ -34,7 +34,7 @@ def where_effective(path: str) -> str:
         for name in row.stages:
             stage = pipeline.STAGES[name]
             if path in stage.all_options():
-                plats |= (pipeline.DEVICES if callable(stage.platforms) else stage.platforms)
+                plats |= stage.platform_set()
         if plats:
             label = "all" if plats == pipeline.ALL_PLATFORMS else "/".join(sorted(plats))
             parts.append(f"{'ACL modes' if mode == 'npugraph_ex' else mode}: {label}")

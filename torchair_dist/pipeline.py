@@ -72,17 +72,18 @@ class Stage:
 
 
 def _capture_platforms() -> FrozenSet[str]:
-    """Device graphs capture on NPU and CUDA; on CPU only the recording stand-in captures."""
-    if os.environ.get(CPU_CAPTURE_ENV) in ("record", "emulate"):
-        return ALL_PLATFORMS
-    return DEVICES
+    """Device graphs capture on NPU and CUDA; on CPU the recording stand-in captures (the
+    default) unless ``TORCHAIR_DIST_CPU_CAPTURE=off``."""
+    if (os.environ.get(CPU_CAPTURE_ENV) or "record") == "off":
+        return DEVICES
+    return ALL_PLATFORMS
 
 
 _CAPTURE_READS = ("debug.aclgraph.clone_input", "debug.aclgraph.enable_output_clone",
                   "debug.aclgraph.static_capture_size_limit",
                   "debug.aclgraph.disable_mempool_reuse_in_same_fx",
-                  "aclgraph_config.use_custom_pool", "npugraphex_config.capture_error_mode",
-                  "npugraphex_config.force_recapture", "experimental_config.frozen_parameter")
+                  "aclgraph_config.use_custom_pool", "npugraphex_config.force_recapture",
+                  "experimental_config.frozen_parameter")
 
 _EXPORT_READS = ("export.export_path_dir", "export.export_name", "export.weight_name",
                  "export.experimental.auto_atc_config_generated")
@@ -176,6 +177,9 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("capture", "torchair_dist.backends.aclgraph.runner:AclGraphRunner", "backend",
           "capture per graph key, replay on later calls", reads=_CAPTURE_READS,
           platforms=_capture_platforms),
+    Stage("device_capture", "torchair_dist.backends.aclgraph.capture:DeviceGraph", "backend",
+          "NPU/CUDA graph capture itself", reads=("npugraphex_config.capture_error_mode",),
+          platforms=DEVICES),
     Stage("consistency", "torchair_dist.collectives.consistency:guard_first_run", "runtime",
           "before the first run all ranks compare their collectives through the c10d store",
           gate="distributed_config.consistency_check",
@@ -186,7 +190,7 @@ _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
           "remove_copy_into_empty", "view_to_reshape", "collapse_view_chains", "custom_post_pass")
 _ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "deadlock_check", "validate",
                  "fx_summary", "data_dump", "run_eagerly", "acl_codegen", "acl_dump",
-                 "inductor_kernels", "capture", "consistency")
+                 "inductor_kernels", "capture", "device_capture", "consistency")
 _GE = _ENTRY + ("constant_folding", "dead_code_elimination", "deadlock_check", "topology_sort",
                 "validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump",
                 "ge_export", "ge_run", "cann_options", "cann_dump", "cann_aoe", "consistency")
@@ -255,7 +259,7 @@ def _why_not(path: str, config: CompilerConfig, platform: str) -> str:
     on_platform = [s for s in here if platform in s.platform_set()]
     if not on_platform:
         where = sorted(set().union(*(s.platform_set() for s in here)))
-        extra = (f"; on CPU set {CPU_CAPTURE_ENV}=record" if any(s.name == "capture" for s in here)
+        extra = (f"; on CPU unset {CPU_CAPTURE_ENV}=off" if any(s.name == "capture" for s in here)
                  else "")
         return f"only on {'/'.join(where)}{extra}"
     gates = sorted({s.gate for s in on_platform if s.gate and s.gate != path})
@@ -304,7 +308,7 @@ def render() -> str:
     lines = [START, "", head, "|" + "---|" * (8 + len(modes))]
     for s in STAGES.values():
         where = "/".join(sorted(s.platform_set())) if not callable(s.platforms) else \
-            f"npu/cuda (cpu with {CPU_CAPTURE_ENV}=record)"
+            f"npu/cuda/cpu (not with {CPU_CAPTURE_ENV}=off)"
         marks = " | ".join("✓" if s.name in MODE_TABLE[m].stages else "" for m in modes)
         reads = ", ".join(f"`{r}`" for r in s.reads)
         lines.append(f"| {s.name} | {s.level} | `{s.fn}` | {f'`{s.gate}`' if s.gate else ''} | "

@@ -117,13 +117,15 @@ def test_warning_names_the_reason():
     cfg.debug.fx_summary.skip_compile = False
     cfg.experimental_config.memory_efficiency = True
     cfg.debug.aclgraph.clone_input = False
+    cfg.npugraphex_config.capture_error_mode = "relaxed"
     found = pipeline.ineffective_options(cfg, platform="cpu")
     assert "nowhere" not in found["ge_config.enable_single_stream"][1]
     assert found["export.export_name"][1] == "only in mode max-autotune"
     assert found["debug.fx_summary.skip_compile"][1] == "only when debug.fx_summary.type is on"
     assert "not implemented" in found["experimental_config.memory_efficiency"][1]
-    assert found["debug.aclgraph.clone_input"][1].startswith("only on cuda/npu")
-    assert "debug.aclgraph.clone_input" not in pipeline.ineffective_options(cfg, platform="cuda")
+    assert found["npugraphex_config.capture_error_mode"][1] == "only on cuda/npu"
+    assert "npugraphex_config.capture_error_mode" not in pipeline.ineffective_options(cfg, "cuda")
+    assert "debug.aclgraph.clone_input" not in found  # the CPU stand-in captures too
     cfg.mode = "max-autotune"
     found = pipeline.ineffective_options(cfg, platform="cpu")
     assert found["export.export_name"][1] == "only when export.export_mode is on"
