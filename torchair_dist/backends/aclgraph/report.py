@@ -3,8 +3,7 @@ recaptured, and why.
 
 Events are counted per process and logged at DEBUG on the ``torchair_dist`` logger, one line
 per event, containing "capture" / "replay". ``torch._dynamo.reset()`` (which drops the compiled
-graphs) clears the counts too: torch has no reset hook, so the report keeps a marker in a cache
-that ``reset`` clears (Dynamo's warn-once cache) and starts over when the marker is gone.
+graphs) clears the counts too, through the backend's ``reset`` hook (``util.on_dynamo_reset``).
 
 Public API (re-exported as ``torchair_dist.capture_report`` / ``reset_capture_report``)::
 
@@ -27,22 +26,15 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict
 
-import torch._dynamo.utils as _dynamo_utils
+from ...util import on_dynamo_reset
 
 log = logging.getLogger("torchair_dist")
 
-_MARKER = "torchair_dist capture report generation"
 _counts: Dict[tuple, int] = {}
 _reasons: Dict[tuple, str] = {}  # (graph, "*") -> why the graph is not captured
 
 
 def _current() -> Dict[tuple, int]:
-    """The counts, cleared if ``torch._dynamo.reset()`` ran since the last event."""
-    cache = getattr(_dynamo_utils, "warn_once_cache", None)
-    if cache is not None and _MARKER not in cache:
-        _counts.clear()
-        _reasons.clear()
-        cache.add(_MARKER)
     return _counts
 
 
@@ -99,6 +91,7 @@ def capture_report() -> Dict[str, Dict[str, Dict[str, Any]]]:
     return out
 
 
+@on_dynamo_reset
 def reset_capture_report() -> None:
     """Forget every count (``torch._dynamo.reset()`` does this too)."""
     _counts.clear()
