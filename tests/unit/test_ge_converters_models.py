@@ -386,6 +386,9 @@ EXTRA_CASES = {
     "flip": (lambda a: (torch.flip(a, [0]), a.flip(-1, 1)), lambda: (r(3, 4, 2),)),
     "flip_bf16": (lambda a: torch.flip(a, [1]), lambda: (r(2, 5, dtype=torch.bfloat16),)),
     "unfold": (lambda a: (a.unfold(1, 3, 1), a.unfold(-1, 2, 2)), lambda: (r(2, 6, 5),)),
+    "roll": (lambda a: (torch.roll(a, 2, 1), torch.roll(a, (1, -2), (0, -1)), torch.roll(a, 3)),
+             lambda: (r(3, 5, 2),)),
+    "roll_bool": (lambda a: torch.roll(a > 0, 1, 0), lambda: (r(4, 3),)),
     "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1), lambda: (r(1, 2, 5, 5), r(3, 2, 3, 3), r(3))),
 }
 

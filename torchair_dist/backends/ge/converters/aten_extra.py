@@ -234,6 +234,23 @@ def _flip(cx, x, dims):
     return cx.cast(y, dtype)
 
 
+_ROLL_DTYPES = {torch.bfloat16, torch.float32, torch.float16, torch.int32, torch.int64, torch.int8,
+                torch.uint8}
+
+
+@register([aten.roll.default], ["Roll", "Cast"])
+def _roll(cx, x, shifts, dims=()):
+    """Roll (dims empty: the flattened tensor rolls, as in torch). Dtypes outside Roll's IR
+    list (bool, int16, float64) roll as float32."""
+    dtype = x.dtype
+    work = dtype if dtype in _ROLL_DTYPES else torch.float32
+    shifts = [int(s) for s in (shifts if isinstance(shifts, (list, tuple)) else [shifts])]
+    dims = [int(d) % max(len(x.shape), 1) for d in (dims or [])]
+    y = cx.emit1("Roll", [("x", cx.cast(x, work))], {"shifts": shifts, "dims": dims},
+                 (work, x.shape))
+    return cx.cast(y, dtype)
+
+
 @register([aten.unfold.default], ["GatherV2", "Transpose", "Const"])
 def _unfold(cx, x, dim, size, step):
     """Sliding windows along ``dim``: GatherV2 of the window positions (a [n, size] Const),

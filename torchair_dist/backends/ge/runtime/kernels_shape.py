@@ -228,6 +228,14 @@ def _pad_v3(spec: OpSpec):
     return run
 
 
+@kernel("Roll")
+def _roll(spec: OpSpec):
+    shifts, dims = list(spec.attr("shifts")), list(spec.attr("dims", []) or [])
+    if dims:
+        return lambda x: torch.roll(x, shifts, dims)
+    return lambda x: torch.roll(x, shifts)
+
+
 @kernel("ReverseV2")
 def _reverse_v2(spec: OpSpec):
     axis = spec.const_ints("axis")
