@@ -70,7 +70,7 @@ def fold_constants(gm: torch.fx.GraphModule, example_inputs, config):
             continue  # only the frontier becomes a stored constant
         name = f"_folded_constant_{count}"
         count += 1
-        setattr(gm, name, node.meta.pop("folded"))
+        gm.register_buffer(name, node.meta.pop("folded"))
         with gm.graph.inserting_before(node):
             const = gm.graph.get_attr(name)
         const.meta["val"] = node.meta.get("val")
