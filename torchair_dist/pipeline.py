@@ -201,16 +201,19 @@ class ModeRow:
     mode: str
     backend: str          # module with compile_graph(ctx)
     stages: Tuple[str, ...]
-    cache_format: str
+    cache_format: str     # what a compile-cache entry holds for this mode
     doc: str
 
 
 MODE_TABLE: Dict[str, ModeRow] = {r.mode: r for r in (
-    ModeRow("max-autotune", "torchair_dist.backends.ge", _GE, "ge-graph",
+    ModeRow("max-autotune", "torchair_dist.backends.ge", _GE,
+            "fx-graph (GE IR rebuilt on load)",
             "GE IR graph (CANN on Ascend, the reference executor elsewhere)"),
-    ModeRow("npugraph_ex", "torchair_dist.backends.aclgraph", _ACL, "fx-graph",
+    ModeRow("npugraph_ex", "torchair_dist.backends.aclgraph", _ACL,
+            "fx-graph (captured again on load)",
             "ACL-graph capture and replay (NPU/CUDA graphs; a runner on CPU)"),
-    ModeRow("reduce-overhead", "torchair_dist.backends.aclgraph", _ACL, "fx-graph",
+    ModeRow("reduce-overhead", "torchair_dist.backends.aclgraph", _ACL,
+            "fx-graph (captured again on load)",
             "deprecated alias of npugraph_ex"),
 )}
 
