@@ -2,8 +2,8 @@
 
 ``ge_roundtrip(fn, *inputs)`` traces ``fn`` to an aten graph, converts it to GE, checks the graph
 against the operator registry and the converters' declared GE ops, serializes it, loads the
-bytes into the reference executor and runs it. ``aot_compile`` goes through torch.compile + AOT
-autograd + ``compile_graph`` like the real backend does.
+bytes into the reference executor and runs it. ``aot_compile`` compiles with the real backend
+(``get_npu_backend``, max-autotune) and records the graphs the GE backend received.
 """
 import os
 import sys
@@ -17,8 +17,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
-from torchair_dist.backends.context import GraphContext  # noqa: E402
-from torchair_dist.backends.ge import compile_graph, make_runner  # noqa: E402
+from torchair_dist.backends.ge import make_runner  # noqa: E402
 from torchair_dist.backends.ge.converters import lookup  # noqa: E402
 from torchair_dist.backends.ge.fx2ge import convert_graph  # noqa: E402
 from torchair_dist.backends.ge.registry_check import validate  # noqa: E402
@@ -97,24 +96,25 @@ def stand_in_config(**options):
     return config
 
 
-def aot_compile(model, config=None, graphs=None, name="graph_0", dynamic=False, static=(),
-                **ctx_kwargs):
-    """torch.compile(model) through AOT autograd (inference, input mutations kept in the graph)
-    and ``compile_graph``; each AOT graph is appended to ``graphs`` when given."""
-    from torch._functorch.aot_autograd import aot_module_simplified
+def aot_compile(model, config=None, graphs=None, dynamic=False, static=()):
+    """``torch.compile(model, backend=get_npu_backend(config), fullgraph=True)`` — the real
+    pipeline (Dynamo remaps, AOT autograd, every pass, the GE backend). Each graph the GE backend
+    receives (after the AOT passes) is appended to ``graphs`` when given; the arguments at the
+    positions in ``static`` are marked static inputs (parameters, as Dynamo marks a module's)."""
+    from torchair_dist import get_npu_backend
+    from torchair_dist.compiler import record_graphs
 
     config = config if config is not None else stand_in_config()
+    compiled = torch.compile(model, backend=get_npu_backend(compiler_config=config),
+                             fullgraph=True, dynamic=dynamic)
 
-    def backend(gm, example_inputs):
-        def fw(g, ex):
-            if graphs is not None:
-                graphs.append(g)
-            mutated = [i for i, n in enumerate(n for n in g.graph.nodes if n.op == "placeholder")
-                       if any(u.target is torch.ops.aten.copy_.default and u.args[0] is n
-                              for u in n.users)]
-            ctx = GraphContext(g, ex, config, list(static), mutated, name, **ctx_kwargs)
-            return compile_graph(ctx)
-        return aot_module_simplified(gm, example_inputs, fw_compiler=fw,
-                                     keep_inference_input_mutations=True)
+    def run(*args):
+        for i in static:
+            torch._dynamo.mark_static_address(args[i])
+        with record_graphs() as seen:
+            out = compiled(*args)
+        if graphs is not None:
+            graphs.extend(ctx.gm for ctx in seen)
+        return out
 
-    return torch.compile(model, backend=backend, fullgraph=True, dynamic=dynamic)
+    return run

@@ -166,8 +166,8 @@ def test_graph_dumps(kind, tmp_path):
         return torch.relu(x @ w).sum(-1)
 
     x, w = torch.randn(3, 4), torch.randn(4, 5)
-    torch.testing.assert_close(aot_compile(fn, cfg, name="dumped")(x, w), fn(x, w))
-    files = glob.glob(str(tmp_path / f"dumped_rank_0_pid_{os.getpid()}_ts_*.{kind}"))
+    torch.testing.assert_close(aot_compile(fn, cfg)(x, w), fn(x, w))
+    files = glob.glob(str(tmp_path / f"graph_*_rank_0_pid_{os.getpid()}_ts_*.{kind}"))
     assert len(files) == 1, os.listdir(tmp_path)
     assert re.search(r"_ts_\d{20}\." + kind + "$", files[0])
     text = open(files[0]).read()

@@ -117,8 +117,8 @@ def _run_case(rank, world_size, name):
     torch._dynamo.reset()
     graphs = []
     with torch.no_grad():
-        actual = aot_compile(fn, graphs=graphs, rank=rank, world_size=world_size)(x_comp)
-        again = aot_compile(fn, rank=rank, world_size=world_size)(x.clone()) \
+        actual = aot_compile(fn, graphs=graphs)(x_comp)
+        again = aot_compile(fn)(x.clone()) \
             if name != "all_reduce_input_mutation" else actual
     torch.testing.assert_close(actual, expected)
     torch.testing.assert_close(x_comp, x_eager)  # mutated inputs written back like eager
@@ -178,7 +178,7 @@ def _tp_mlp(rank, world_size):
 
     torch._dynamo.reset()
     with torch.no_grad():
-        out = aot_compile(mlp, rank=rank, world_size=world_size)(x, w1s, w2s)
+        out = aot_compile(mlp)(x, w1s, w2s)
     torch.testing.assert_close(out, full, rtol=1e-4, atol=1e-4)
     return True
 
@@ -204,7 +204,7 @@ def _export(rank, world_size, path):
     torch._dynamo.reset()
     x, w = torch.ones(2, 3), torch.full((3, 4), float(rank + 1))
     with torch.no_grad():
-        out = aot_compile(fn, cfg, static=[1], rank=rank, world_size=world_size)(x, w)
+        out = aot_compile(fn, cfg, static=[1])(x, w)
     torch.testing.assert_close(out, torch.full((2, 4), 9.0))
     return sorted(os.listdir(os.path.join(path, f"rank_{rank}")))
 
@@ -267,7 +267,7 @@ def _run_moe(rank, world_size):
     graphs = []
     try:
         with torch.no_grad():
-            actual = aot_compile(_moe, graphs=graphs, rank=rank, world_size=world_size)(x, wr, w)
+            actual = aot_compile(_moe, graphs=graphs)(x, wr, w)
     finally:
         torch._dynamo.config.capture_scalar_outputs = saved
     torch.testing.assert_close(actual, expected)
@@ -309,7 +309,7 @@ def _tp_llama(rank, world_size):
     torch._dynamo.reset()
     graphs = []
     with torch.no_grad():
-        actual = aot_compile(model, graphs=graphs, rank=rank, world_size=world_size)(ids).logits
+        actual = aot_compile(model, graphs=graphs)(ids).logits
     torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
     return len(graphs)
 
@@ -344,7 +344,7 @@ def _run_4_ranks(rank, world_size):
     torch._dynamo.reset()
     graphs = []
     with torch.no_grad():
-        out = aot_compile(sub, graphs=graphs, rank=rank, world_size=world_size)(x)
+        out = aot_compile(sub, graphs=graphs)(x)
     peer = (rank + 2) % 4
     torch.testing.assert_close(out, torch.full((3,), 2.0 * (rank + peer) + 1))
     vals = [n.meta["val"] for n in graphs[0].graph.nodes if n.op == "placeholder"]
