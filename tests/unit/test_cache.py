@@ -387,3 +387,23 @@ def test_input_output_maps_are_range_checked(saved, tmp_path, warnings_log, edit
     d, entry, index = saved
     rewrite_entry(entry, index, edit, fix_hash=True)
     reload_and_expect_rejection(tmp_path, warnings_log, match)
+
+
+class WithConstant(nn.Module):
+    """A tensor made inside forward becomes a constant of the AOT graph (``get_attr``), as in
+    transformers' decode step; the cache must store its value (AOT compiles under fake mode)."""
+
+    def forward(self, x):
+        return x * torch.tensor(3.0) + torch.tensor([1.0, 2.0] * 4)
+
+
+@pytest.mark.parametrize("mode", ["npugraph_ex", "max-autotune"])
+def test_round_trip_with_a_tensor_constant(tmp_path, mode):
+    cfg = torchair_dist.CompilerConfig()
+    cfg.mode = mode
+    net = WithConstant()
+    fn = torchair_dist.cache_compile(net.forward, config=cfg, cache_dir=str(tmp_path / "c"))
+    assert torch.equal(fn(X), net(X)) and fn.last_source == "compiled" and not fn.rejections
+    fn2 = torchair_dist.cache_compile(net.forward, config=cfg, cache_dir=str(tmp_path / "c"))
+    assert torch.equal(fn2(X), net(X))
+    assert fn2.last_source == "cache" and not fn2.rejections

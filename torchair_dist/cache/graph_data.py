@@ -103,7 +103,15 @@ def _dec(a: Any, env: Dict[str, torch.fx.Node]) -> Any:
 
 
 def _tensor_data(t: torch.Tensor) -> Dict:
-    t = t.detach().contiguous()
+    """A real tensor constant as bytes. AOT calls the backend under its FakeTensorMode, where
+    touching a real tensor is an error: the constant's value is read with that mode unset."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return _tensor_bytes(t.detach().contiguous())
+
+
+def _tensor_bytes(t: torch.Tensor) -> Dict:
     raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
     return {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
             "b64": base64.b64encode(raw).decode()}
