@@ -120,6 +120,77 @@ def test_mutated_input_is_written_back():
     torch.testing.assert_close(cache_c, cache_e)
 
 
+@pytest.mark.parametrize("ref_data", [False, True], ids=["copy-back", "ref-data"])
+def test_enable_ref_data_writes_mutated_inputs_in_the_graph(ref_data, monkeypatch):
+    """``experimental_config.enable_ref_data``: an input the graph writes back is a RefData
+    updated by Assign inside the GE graph (after every op that reads the old value), not an
+    extra output the runner copies back; the user's buffer is the one written."""
+    from torchair_dist.backends.ge import runtime as ge_runtime
+
+    def fn(buf, x):
+        before = buf.sum()               # reads the old value: must run before the Assign
+        scaled = buf.view(2, 2) * 3.0    # a reader through a view
+        buf.mul_(0.5).add_(x)
+        return before, scaled, buf * 2
+
+    models = []
+    real_create = ge_runtime.create_runtime
+
+    def spy(**kw):
+        rt = real_create(**kw)
+        real_load = rt.load
+
+        def load(raw):
+            from torchair_dist.backends.ge.proto import ModelDef
+            model = ModelDef()
+            model.ParseFromString(raw)
+            models.append(model)
+            return real_load(raw)
+        rt.load = load
+        return rt
+
+    monkeypatch.setattr(ge_runtime, "create_runtime", spy)
+    cfg = stand_in_config(experimental_config__enable_ref_data=ref_data)
+    buf_e, buf_c, x = torch.arange(4.0), torch.arange(4.0), torch.randn(4)
+    expected = fn(buf_e, x)
+    ptr = buf_c.data_ptr()
+    with torch.no_grad():
+        actual = aot_compile(fn, cfg)(buf_c, x)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)
+    torch.testing.assert_close(buf_c, buf_e)
+    assert buf_c.data_ptr() == ptr
+    (model,) = models
+    ops = {op.name: op for op in model.graph[0].op}
+    types = [op.type for op in ops.values()]
+    net_output = next(op for op in ops.values() if op.type == "NetOutput")
+    if not ref_data:
+        assert "Assign" not in types and "RefData" not in types
+        assert len([i for i in net_output.input if not i.endswith(":-1")]) == 4  # + write-back
+        return
+    assert types.count("RefData") == 1 and types.count("Assign") == 1
+    assert len([i for i in net_output.input if not i.endswith(":-1")]) == 3  # no write-back
+    (assign,) = [op for op in ops.values() if op.type == "Assign"]
+    assert f"{assign.name}:-1" in net_output.input      # kept alive
+    ref = next(op.name for op in ops.values() if op.type == "RefData")
+    controls = {i[:-3] for i in assign.input if i.endswith(":-1")}
+    readers = {op.name for op in ops.values() if any(i.startswith(ref + ":") for i in op.input)
+               and op.name != assign.name}
+    assert readers, "the old value has readers"
+    # every reader of the old value reaches the Assign through a data or control edge
+    preds = {}
+    for op in ops.values():
+        preds[op.name] = {i.rsplit(":", 1)[0] for i in op.input}
+    before, stack = set(), [assign.name]
+    while stack:
+        for p in preds[stack.pop()]:
+            if p not in before:
+                before.add(p)
+                stack.append(p)
+    assert readers <= before, readers - before
+    assert controls, "no control edge orders the readers before the Assign"
+
+
 def test_run_eagerly_runs_the_fx_graph(monkeypatch):
     from torchair_dist.backends.ge import fx2ge
 

@@ -50,7 +50,8 @@ def compile_graph(ctx: GraphContext):
 
 def _compile(ctx: GraphContext, config: Any):
     converted = convert_graph(ctx.gm, ctx.example_inputs, ctx.graph_name, ctx.rank,
-                              ctx.world_size)
+                              ctx.world_size,
+                              ref_data=bool(config.get("experimental_config.enable_ref_data")))
     if os.environ.get(ENV_VALIDATE) == "1":
         from .registry_check import validate
 

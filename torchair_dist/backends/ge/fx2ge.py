@@ -74,31 +74,47 @@ def _placeholder_val(node: torch.fx.Node, example: Any) -> Any:
 
 
 def convert_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name: str,
-                  rank: int = 0, world_size: int = 1) -> ConvertedGraph:
-    """Convert ``gm`` (raises UnsupportedOpError listing every op without a converter)."""
+                  rank: int = 0, world_size: int = 1, ref_data: bool = False) -> ConvertedGraph:
+    """Convert ``gm`` (raises UnsupportedOpError listing every op without a converter).
+
+    ``ref_data`` (``experimental_config.enable_ref_data``): every graph input the graph writes
+    back (AOT's ``copy_(input, value)``) becomes a ``RefData`` updated by ``Assign`` in the
+    graph, as TorchAir does; otherwise the new value is an extra output the runner copies back.
+    KV-cache style indexed updates are in place either way (:func:`plan_inplace`)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     check_supported(gm, graph_name)
     with unset_fake_temporarily():  # Const values must be real tensors even under AOT's fake mode
-        return _convert(gm, example_inputs, graph_name, rank, world_size)
+        return _convert(gm, example_inputs, graph_name, rank, world_size, ref_data)
+
+
+def _assigned_inputs(gm: torch.fx.GraphModule, planned) -> set:
+    """Placeholders written back by ``copy_`` (and not already updated in place)."""
+    return {n.args[0] for n in gm.graph.nodes
+            if n.op == "call_function" and n.target is torch.ops.aten.copy_.default
+            and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"
+            and n.args[0] not in planned}
 
 
 def _convert(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name: str,
-             rank: int, world_size: int) -> ConvertedGraph:
+             rank: int, world_size: int, ref_data: bool = False) -> ConvertedGraph:
     b = GraphBuilder(graph_name)
     cx = ConvertContext(b, rank, world_size)
     env: Dict[torch.fx.Node, Any] = {}
     inputs: List[str] = []
     inplace = plan_inplace(gm)
+    assigned = _assigned_inputs(gm, inplace) if ref_data else set()
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     examples = list(example_inputs) + [None] * (len(placeholders) - len(example_inputs))
     for i, (node, example) in enumerate(zip(placeholders, examples)):
         val = _placeholder_val(node, example)
         if isinstance(val, torch.Tensor):
             env[node] = b.data(val.dtype, tuple(val.shape), name=node.name,
-                               ref_data=node in inplace)
+                               ref_data=node in inplace or node in assigned)
             if node in inplace:
                 cx.ref_data[env[node].op] = inplace[node]
+            elif node in assigned:
+                cx.assigned.add(env[node].op)
             inputs.append("tensor")
         elif isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
             env[node] = b.data(torch.int64, (), placement="CPU", name=node.name)

@@ -39,19 +39,27 @@ def _alias(cx, x):
     return cx.emit1("Identity", [("x", x)])
 
 
-@register([aten.copy_.default, aten.copy.default], ["Cast", "BroadcastTo", "Identity", "Const"])
+@register([aten.copy_.default, aten.copy.default],
+          ["Cast", "BroadcastTo", "Identity", "Const", "Assign"])
 def _copy(cx, dst: TensorRef, src: Any, non_blocking: bool = False):
     """``copy(dst, src)``: src cast to dst's dtype and broadcast to dst's shape. When ``copy_``
     writes a graph input (AOT's input mutation), the value becomes an extra graph output that
-    the runner copies back into the input after the run."""
+    the runner copies back into the input after the run — or, with ``enable_ref_data``, the
+    input is a ``RefData`` and ``Assign`` writes it in the graph, after every reader of it."""
     if cx.node.target is aten.copy_.default and dst.op in cx.inplace_done:
         return src  # the input's buffer was updated in place (RefData): nothing to write back
     value = cx.tensor(src, dst.dtype)
     if tuple(value.shape) != tuple(dst.shape):
         value = cx.emit1("BroadcastTo", [("x", value), ("shape", cx.shape_of(dst))], None,
                          (dst.dtype, dst.shape))
-    elif value is src:
+    elif value is src and not (cx.node.target is aten.copy_.default and dst.op in cx.assigned):
         value = cx.emit1("Identity", [("x", value)], None, (dst.dtype, dst.shape))
+    if cx.node.target is aten.copy_.default and dst.op in cx.assigned:
+        readers = [r for r in cx.sinks_reading(dst.op) if r != value.op]
+        (ref,) = cx.emit("Assign", [("ref", dst), ("value", value)], None,
+                         [("ref", (dst.dtype, dst.shape))], control=readers)
+        cx.keep_alive.append(ref.op)
+        return ref
     if cx.node.target is aten.copy_.default and dst.op in cx.data_index:
         cx.mutations.append((cx.data_index[dst.op], value))
     return value

@@ -38,6 +38,7 @@ class ConvertContext:
         self.mutations: List[Tuple[int, TensorRef]] = []  # (placeholder index, new value)
         self.ref_data: dict = {}  # RefData op name -> the FX node that updates it in place
         self.inplace_done: set = set()  # RefData op names already updated in place
+        self.assigned: set = set()  # RefData op names written back by Assign (enable_ref_data)
 
     # -- the node being converted -------------------------------------------------------------
     @property
@@ -68,6 +69,21 @@ class ConvertContext:
     def emit1(self, op_type: str, inputs: Sequence[Tuple[str, Any]], attrs: Optional[dict] = None,
               desc: Optional[Tuple[torch.dtype, Sequence[int]]] = None, port: str = "y") -> TensorRef:
         return self.emit(op_type, inputs, attrs, [(port, desc or self.out())])[0]
+
+    def sinks_reading(self, op_name: str) -> List[str]:
+        """The ops emitted so far that depend on ``op_name``'s outputs (directly or through
+        other ops) and feed none of the others: once they ran, every reader of it has run."""
+        users: dict = {}
+        for op in self.b.graph.op:
+            for src in op.input:
+                users.setdefault(src.rsplit(":", 1)[0], []).append(op.name)
+        seen, stack = set(), list(users.get(op_name, ()))
+        while stack:
+            name = stack.pop()
+            if name not in seen:
+                seen.add(name)
+                stack.extend(users.get(name, ()))
+        return sorted(n for n in seen if not any(u in seen for u in users.get(n, ())))
 
     def _op_name(self, op_type: str) -> str:
         return op_type if self.node is None else f"{self.node.name}_{op_type}"

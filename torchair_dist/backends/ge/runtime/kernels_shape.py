@@ -194,6 +194,15 @@ def _scatter_nd_update(spec: OpSpec):
     return run
 
 
+@kernel("Assign")
+def _assign(spec: OpSpec):
+    """Writes ``value`` into ``ref`` in place (``ref`` is a RefData: the caller's buffer)."""
+    def run(ref, value):
+        ref.copy_(value)
+        return ref
+    return run
+
+
 @kernel("NonZero")
 def _nonzero(spec: OpSpec):
     transpose, dtype = bool(spec.attr("transpose", False)), torch_dtype(spec.attr("dtype", 9))
