@@ -2,7 +2,7 @@
 
 A rank that fails while compiling (Dynamo's trace, our backend entry, AOT, the graph passes,
 validation, conversion, or the cross-rank check itself) writes a *failure record* —
-``{"rank", "error", "stage", "graph", "time"}`` — under
+``{"rank", "kind", "error", "stage", "graph", "time"}`` (``kind``: the error's class name) — under
 ``torchair_dist/consistency/<epoch>/failed/<rank>`` of the default c10d store. A rank waiting in
 the cross-rank check for a peer's fingerprint polls for that peer's record at short intervals
 (:data:`POLL_S`) and raises :class:`~torchair_dist.errors.PeerFailedError` naming the failed
@@ -58,7 +58,8 @@ def publish(exc: BaseException, stage: str, graph: str = "", store=None) -> bool
     message = f"{type(exc).__name__}: {exc}".strip()
     if len(message) > 2000:
         message = message[:2000] + " ..."
-    record = {"rank": rank, "error": message, "stage": stage, "graph": graph,
+    record = {"rank": rank, "kind": type(exc).__name__, "error": message, "stage": stage,
+              "graph": graph,
               "time": time.time()}
     try:
         store.set(_key(rank), json.dumps(record))
