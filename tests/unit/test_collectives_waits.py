@@ -88,3 +88,12 @@ def test_stale_announcement_is_no_cycle(store):
 def test_timeout_names_the_silent_rank(store):
     with pytest.raises(CollectiveMismatchError, match=r"rank\(s\) \[1\] published no"):
         _run(store, 0, [_wait("group:0,1", 1)], timeout_s=0.5)
+
+
+def test_failed_rank_is_no_link_of_a_cycle(store):
+    # rank 2 failed in its check: its announcement still names rank 0's missing key
+    waits.announce(store, 1, "g", [_wait("p2p:1,2", 2)])
+    waits.announce(store, 2, "g", [_wait("p2p:0,2", 0)])
+    rec = {"rank": 2, "kind": "UnsupportedOpError", "error": "x", "stage": "compile"}
+    store.set(f"{failures.PREFIX}/{failures.epoch()}/failed/2", json.dumps(rec))
+    assert waits.find_cycle(store, 0, [_wait("p2p:0,1", 1)]) is None

@@ -71,6 +71,8 @@ def find_cycle(store, rank: int, pending: Sequence[Wait]) -> Optional[List[Tuple
         if peer in seen:
             continue
         seen.add(peer)
+        if failures.failed_peers([peer], store=store):
+            continue  # not blocked: it failed (its announcement is stale); reported as such
         record = _announced(store, peer)
         for other, key, scope, _ in (record or {}).get("waits", []):
             if not is_missing(key):
