@@ -97,3 +97,19 @@ def test_failed_rank_is_no_link_of_a_cycle(store):
     rec = {"rank": 2, "kind": "UnsupportedOpError", "error": "x", "stage": "compile"}
     store.set(f"{failures.PREFIX}/{failures.epoch()}/failed/2", json.dumps(rec))
     assert waits.find_cycle(store, 0, [_wait("p2p:0,1", 1)]) is None
+
+
+def test_records_of_an_episode_this_rank_failed_in_are_acknowledged(store):
+    # a program caught its check error and compiles on without reset_check_sequence(): the
+    # peer's record of that same episode must not fail its next check; a later one does
+    key = f"{failures.PREFIX}/{failures.epoch()}/failed/1"
+    store.set(key, json.dumps({"rank": 1, "kind": "CollectiveMismatchError", "error": "old",
+                               "stage": "the cross-rank check", "time": 1.0}))
+    failures._published[0] = True  # this rank failed (and published) in that episode
+    failures.acknowledge_after_own_failure(2, store=store)
+    assert failures.failed_peers([1], store=store) == {}
+    assert 1 in failures.failed_peers([1], store=store, all_records=True)
+    store.set(key, json.dumps({"rank": 1, "kind": "UnsupportedOpError", "error": "new",
+                               "stage": "compile", "time": 2.0}))
+    with pytest.raises(PeerFailedError, match="rank 1 failed in compile: new"):
+        _run(store, 0, [_wait("group:0,1", 1)])

@@ -298,6 +298,7 @@ def exchange_and_check(fp: List[Dict], graph_name: str, timeout_s: float,
     t0 = time.perf_counter()
     rank = dist.get_rank()
     store = store if store is not None else dist.distributed_c10d._get_default_store()
+    failures.acknowledge_after_own_failure(dist.get_world_size(), store=store)
     try:
         _exchange(fp, graph_name, timeout_s, store, rank)
     except TorchairDistError as exc:  # peers blocked on this rank learn why at once

@@ -71,7 +71,7 @@ def find_cycle(store, rank: int, pending: Sequence[Wait]) -> Optional[List[Tuple
         if peer in seen:
             continue
         seen.add(peer)
-        if failures.failed_peers([peer], store=store):
+        if failures.failed_peers([peer], store=store, all_records=True):
             continue  # not blocked: it failed (its announcement is stale); reported as such
         record = _announced(store, peer)
         for other, key, scope, _ in (record or {}).get("waits", []):
@@ -112,7 +112,7 @@ def wait_for(store, waits: Sequence[Wait], rank: int, graph_name: str, deadline:
     """Wait until every key of ``waits`` exists (see the module docstring for the errors)."""
     pending = list(waits)
     start = time.monotonic()
-    suspect = None
+    suspect, pause = None, 0.001  # polls start fast (peers usually publish within ms)
     while pending:
         # store.check, not short store.wait()s: a timed-out wait logs c10d socket warnings
         pending = [w for w in pending if not store.check([w[3]])]
@@ -136,4 +136,5 @@ def wait_for(store, waits: Sequence[Wait], rank: int, graph_name: str, deadline:
                 f"compiled a graph with other collectives or groups, took a path without them, "
                 f"or died. This rank's first collective there: {pending[0][4]}. Raise "
                 f"distributed_config.consistency_timeout if those ranks are just slow.")
-        time.sleep(min(failures.POLL_S, max(0.0, deadline - time.monotonic())))
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(failures.POLL_S, pause * 2)
