@@ -161,10 +161,10 @@ def _diverge(prog: Program, rng: random.Random) -> None:
         # across a world collective would keep every scope's sequence; not generated)
         pairs = [(i, j) for i in range(len(ops)) for j in range(i + 1, len(ops))
                  if ops[i].kind != ops[j].kind and "p2p" not in (ops[i].kind, ops[j].kind)]
-        if not pairs:
-            mine.insert(0, _op(rng, ws, "all_reduce", ops[0].dtype))
-            mine.insert(0, _op(rng, ws, "all_gather", ops[0].dtype))
-            prog.ops = ops = [dataclasses.replace(o) for o in mine[1::-1]] + ops
+        if not pairs:  # put two different world collectives in front
+            prog.ops = ops = [_op(rng, ws, "all_reduce", ops[0].dtype),
+                              _op(rng, ws, "all_gather", ops[0].dtype)] + ops
+            mine = [dataclasses.replace(o) for o in ops]
             pairs = [(0, 1)]
         i, j = rng.choice(pairs)
         mine[i], mine[j] = mine[j], mine[i]
