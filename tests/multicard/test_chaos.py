@@ -24,8 +24,9 @@ SLACK_S = float(os.environ.get("TORCHAIR_DIST_CHAOS_SLACK", "3"))  # a loaded 2-
 _N = int(os.environ.get("TORCHAIR_DIST_CHAOS", "0"))
 _PROGRAMS = chaos.suite(_N or 54, seed=10)
 _FAULTS = (chaos.suite(_N // 25, seed=11, kinds=chaos.FAULT_KINDS) if _N else
-           chaos.suite(1, seed=11, world_sizes=(4,), kinds=("die",))
-           + chaos.suite(1, seed=12, world_sizes=(2,), kinds=("stop",)))
+           chaos.suite(1, seed=11, world_sizes=(4,), modes=("npugraph_ex",), kinds=("die",))
+           + chaos.suite(1, seed=12, world_sizes=(2,), modes=("reduce-overhead",),
+                         kinds=("stop",)))
 for _i, _p in enumerate(_FAULTS):
     _p.uid = 100000 + _i
 
