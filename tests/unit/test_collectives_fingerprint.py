@@ -115,7 +115,9 @@ def test_exchange_through_the_store():
     consistency.reset_check_sequence()
     base = f"torchair_dist/consistency/{consistency._epoch[0]}/group:0,1"
     store.set(f"{base}/0/0", json.dumps({"graph": "g", "fp": fp}))
+    store.set(f"{base}/0/0/ok", "1")  # rank 0 confirmed its check
     assert exchange_and_check(fp, "g", 5, store=store) >= 0  # rank 1 (fake world)
+    assert store.check([f"{base}/0/1/ok"])  # rank 1 confirmed too
     store.set(f"{base}/1/0", json.dumps({"graph": "g", "fp": [_e("all_gather")]}))
     with pytest.raises(CollectiveMismatchError, match="collective #0 on group"):
         exchange_and_check(fp, "g", 5, store=store)

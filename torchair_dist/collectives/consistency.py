@@ -16,7 +16,11 @@ equal, in order, the receives of the other (peer, tag, dtype, shape); unmatched 
 Store protocol: one key per *scope* — a group (``group:0,1``) or a p2p pair (``p2p:0,1``) —
 ``torchair_dist/consistency/<epoch>/<scope>/<n>/<rank>``, where ``n`` counts this process's checks
 of that scope; ranks sharing a scope meet there whatever else they do (a ring of sends, TP
-subgroups). A rank that publishes nothing for a scope within
+subgroups). Once its comparisons pass, a rank *confirms* (``<key>/ok``) and waits for the
+confirmations of its peers, so no rank runs a graph whose collectives a peer refused: the peer's
+published failure reaches it instead. While waiting, ranks announce what they wait for and a
+wait-for cycle between ranks (each holds collectives the next one's graph lacks there) is a
+mismatch at once (:mod:`.waits`). A rank that publishes nothing for a scope within
 ``distributed_config.consistency_timeout`` seconds is named in the error. Switch: ``distributed_config.consistency_check`` (on by default).
 
 Faults: once running, a collective that fails because a peer died or stopped (gloo/NCCL/HCCL
@@ -36,10 +40,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from ..errors import (CollectiveFaultError, CollectiveMismatchError, PeerFailedError,
-                      TorchairDistError)
+from ..errors import CollectiveFaultError, CollectiveMismatchError, TorchairDistError
 from ..graph_context import GraphContext
 from . import failures, groups
+from . import waits as _waits
 from .p2p import op_name
 
 log = logging.getLogger("torchair_dist")
@@ -285,63 +289,50 @@ def reset_check_sequence(epoch: Optional[int] = None) -> None:
     failures.set_epoch(epoch)
 
 
-def _wait_for(store, waits, rank: int, graph_name: str, timeout_s: float) -> None:
-    """Wait until every key of ``waits`` exists; raise PeerFailedError as soon as a rank whose
-    key is missing has published a failure, CollectiveMismatchError after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    pending = list(waits)
-    while pending:
-        # store.check, not short store.wait()s: a timed-out wait logs c10d socket warnings
-        pending = [w for w in pending if not store.check([w[3]])]
-        if not pending:
-            return
-        failed = failures.failed_peers({w[2] for w in pending}, store=store)
-        if failed:
-            raise PeerFailedError(
-                f"rank {rank}: cannot run {graph_name}: {failures.describe(failed)}. This rank "
-                f"compiled fine; the failed rank(s) never reached the cross-rank check, so the "
-                f"collectives they share with this rank would hang.")
-        if time.monotonic() >= deadline and pending:
-            raise CollectiveMismatchError(
-                f"rank {rank}: cross-rank check of {graph_name} timed out after {timeout_s:g}s: "
-                f"rank(s) {sorted({w[2] for w in pending})} published no collectives for "
-                f"{', '.join(sorted({f'{w[0]} (check #{w[1]})' for w in pending}))} — they "
-                f"compiled a graph with other collectives or groups, took a path without them, "
-                f"or died. This rank's first collective there: {pending[0][4]}. Raise "
-                f"distributed_config.consistency_timeout if those ranks are just slow.")
-        time.sleep(min(failures.POLL_S, max(0.0, deadline - time.monotonic())))
-
-
 def exchange_and_check(fp: List[Dict], graph_name: str, timeout_s: float,
                        store=None) -> float:
     """Publish ``fp`` per scope, read the peers', raise CollectiveMismatchError on a difference
-    (PeerFailedError when a peer published a failure instead). Returns the seconds it took."""
+    (PeerFailedError when a peer published a failure instead); then confirm and wait for every
+    peer's confirmation, so that no rank runs a graph whose peers refused theirs. Any failure of
+    the check is published for the peers. Returns the seconds it took."""
     t0 = time.perf_counter()
     rank = dist.get_rank()
     store = store if store is not None else dist.distributed_c10d._get_default_store()
-    waits = []  # (scope, seq, other rank, key, description of this rank's first entry)
+    failures.acknowledge_after_own_failure(dist.get_world_size(), store=store)
+    try:
+        _exchange(fp, graph_name, timeout_s, store, rank)
+    except TorchairDistError as exc:  # peers blocked on this rank learn why at once
+        failures.publish(exc, "the cross-rank check", graph_name, store=store)
+        raise exc from None
+    return time.perf_counter() - t0
+
+
+def _exchange(fp, graph_name, timeout_s, store, rank) -> None:
+    deadline = time.monotonic() + timeout_s
+    waits, confirms = [], []  # waits.Wait tuples: fingerprints, then confirmations
     scopes = scopes_of(fp, rank)
     for scope, (others, entries) in sorted(scopes.items()):
         seq = _check_counts[scope]
         _check_counts[scope] += 1
         base = f"{_PREFIX}/{_epoch[0]}/{scope}/{seq}"
         store.set(f"{base}/{rank}", json.dumps({"graph": graph_name, "fp": entries}))
-        waits += [(scope, seq, other, f"{base}/{other}", _describe(entries[0]))
-                  for other in others]
-    try:
-        _wait_for(store, waits, rank, graph_name, timeout_s)
-    except CollectiveMismatchError as exc:  # a timeout: peers waiting for this rank learn why
-        failures.publish(exc, "the cross-rank check", graph_name, store=store)
-        raise exc from None
+        first = _describe(entries[0])
+        waits += [(scope, seq, o, f"{base}/{o}", first, "fingerprint") for o in others]
+        confirms += [(scope, seq, o, f"{base}/{o}/ok", first, "confirm") for o in others]
+    _waits.announce(store, rank, graph_name, waits)
+    _waits.wait_for(store, waits, rank, graph_name, deadline, timeout_s)
     problems = []
-    for scope, _, other, key, _ in waits:
+    for scope, _, other, key, _, _ in waits:
         theirs = json.loads(store.get(key))["fp"]
         problems += compare(rank, scopes[scope][1], {other: theirs})
     if problems:
         raise CollectiveMismatchError(
             f"rank {rank}: ranks compiled different collectives in {graph_name}; running it "
             f"would hang. First divergence: " + "\n  ".join(problems))
-    return time.perf_counter() - t0
+    for scope, (others, _) in sorted(scopes.items()):
+        store.set(f"{_PREFIX}/{_epoch[0]}/{scope}/{_check_counts[scope] - 1}/{rank}/ok", "1")
+    _waits.announce(store, rank, graph_name, confirms)
+    _waits.wait_for(store, confirms, rank, graph_name, deadline, timeout_s)
 
 
 # ---------------------------------------------------------------------------------- guard

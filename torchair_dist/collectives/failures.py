@@ -2,7 +2,7 @@
 
 A rank that fails while compiling (Dynamo's trace, our backend entry, AOT, the graph passes,
 validation, conversion, or the cross-rank check itself) writes a *failure record* —
-``{"rank", "error", "stage", "graph", "time"}`` — under
+``{"rank", "kind", "error", "stage", "graph", "time"}`` (``kind``: the error's class name) — under
 ``torchair_dist/consistency/<epoch>/failed/<rank>`` of the default c10d store. A rank waiting in
 the cross-rank check for a peer's fingerprint polls for that peer's record at short intervals
 (:data:`POLL_S`) and raises :class:`~torchair_dist.errors.PeerFailedError` naming the failed
@@ -31,6 +31,8 @@ log = logging.getLogger("torchair_dist")
 POLL_S = 0.1  # how often a waiting rank looks for a peer's failure record
 PREFIX = "torchair_dist/consistency"
 _epoch = [0]  # the current check epoch; consistency.reset_check_sequence bumps it
+_acknowledged = set()  # (rank, time) of records this process no longer reports (see below)
+_published = [False]  # this process published a failure since it last acknowledged
 
 
 def _store():
@@ -58,19 +60,23 @@ def publish(exc: BaseException, stage: str, graph: str = "", store=None) -> bool
     message = f"{type(exc).__name__}: {exc}".strip()
     if len(message) > 2000:
         message = message[:2000] + " ..."
-    record = {"rank": rank, "error": message, "stage": stage, "graph": graph,
+    record = {"rank": rank, "kind": type(exc).__name__, "error": message, "stage": stage,
+              "graph": graph,
               "time": time.time()}
     try:
         store.set(_key(rank), json.dumps(record))
     except Exception as err:  # noqa: BLE001
         log.warning("rank %d: could not publish its failure to the peers: %s", rank, err)
         return False
+    _published[0] = True
     log.debug("rank %d: published failure (%s): %s", rank, stage, message[:200])
     return True
 
 
-def failed_peers(ranks: Iterable[int], store=None) -> Dict[int, dict]:
-    """The failure records of those of ``ranks`` that published one in this epoch."""
+def failed_peers(ranks: Iterable[int], store=None, *, all_records: bool = False
+                 ) -> Dict[int, dict]:
+    """The failure records of those of ``ranks`` that published one in this epoch (and that
+    this process has not acknowledged, unless ``all_records``)."""
     store = store if store is not None else _store()
     found: Dict[int, dict] = {}
     if store is None:
@@ -82,7 +88,21 @@ def failed_peers(ranks: Iterable[int], store=None) -> Dict[int, dict]:
                 found[r] = json.loads(store.get(key))
             except Exception:  # noqa: BLE001 - a malformed record still names the rank
                 found[r] = {"rank": r, "error": "(unreadable failure record)", "stage": "?"}
+            if not all_records and (r, found[r].get("time")) in _acknowledged:
+                del found[r]
     return found
+
+
+def acknowledge_after_own_failure(world_size: int, store=None) -> None:
+    """Called as a check starts. If this process failed (and published) since the last call,
+    the records its peers published in the same episode are old news to it: a program that
+    caught the error and compiles on without ``reset_check_sequence()`` must not be failed again
+    by them. Records published later are reported as usual."""
+    if not _published[0]:
+        return
+    _published[0] = False
+    records = failed_peers(range(world_size), store=store)
+    _acknowledged.update((r, rec.get("time")) for r, rec in records.items())
 
 
 def describe(records: Dict[int, dict]) -> str:
@@ -158,5 +178,7 @@ def epoch() -> int:
 
 
 def set_epoch(value: Optional[int] = None) -> int:
+    _acknowledged.clear()
+    _published[0] = False
     _epoch[0] = _epoch[0] + 1 if value is None else int(value)
     return _epoch[0]

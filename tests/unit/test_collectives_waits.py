@@ -1,0 +1,115 @@
+"""Waits of the cross-rank check (collectives/waits.py) on a HashStore, one process: peers are
+simulated by writing their keys and announcements. A wait-for cycle is a mismatch at once; a
+peer's published failure ends the wait with its class; a stale announcement is no cycle."""
+import json
+import threading
+import time
+
+import pytest
+import torch.distributed as dist
+
+from torchair_dist.collectives import failures, waits
+from torchair_dist.errors import CollectiveMismatchError, PeerFailedError
+
+
+@pytest.fixture
+def store():
+    failures.set_epoch(4242)
+    yield dist.HashStore()
+    failures.set_epoch(0)
+
+
+def _key(scope, rank):
+    return f"{failures.PREFIX}/{failures.epoch()}/{scope}/0/{rank}"
+
+
+def _wait(scope, peer):
+    return (scope, 0, peer, _key(scope, peer), "all_reduce(float32[4]) on ranks [0, 1]",
+            "fingerprint")
+
+
+def _run(store, rank, pending, timeout_s=20.0):
+    t0 = time.monotonic()
+    waits.announce(store, rank, "graph_t", pending)
+    try:
+        waits.wait_for(store, pending, rank, "graph_t", time.monotonic() + timeout_s, timeout_s)
+    finally:
+        elapsed = time.monotonic() - t0
+    return elapsed
+
+
+def test_two_rank_cycle_is_a_mismatch_at_once(store):
+    # rank 1 waits for rank 0 on a subgroup scope rank 0 never reaches; rank 0 waits for rank 1
+    # on the world scope rank 1's graph does not have
+    waits.announce(store, 1, "graph_1", [_wait("group:0,1", 0)])
+    t0 = time.monotonic()
+    with pytest.raises(CollectiveMismatchError, match=r"rank 0 -> rank 1 \(group:0,1,2\) -> "
+                                                      r"rank 0 \(group:0,1\)"):
+        _run(store, 0, [_wait("group:0,1,2", 1)])
+    assert time.monotonic() - t0 < 10  # far below the 20 s timeout
+
+
+def test_three_rank_cycle(store):
+    waits.announce(store, 1, "g", [_wait("p2p:1,2", 2)])
+    waits.announce(store, 2, "g", [_wait("p2p:0,2", 0)])
+    with pytest.raises(CollectiveMismatchError, match="rank 1 .* rank 2 .* rank 0"):
+        _run(store, 0, [_wait("p2p:0,1", 1)])
+
+
+def test_cycle_not_through_this_rank_is_left_to_its_ranks(store):
+    waits.announce(store, 1, "g", [_wait("p2p:1,2", 2)])
+    waits.announce(store, 2, "g", [_wait("p2p:1,2", 1)])
+    assert waits.find_cycle(store, 0, [_wait("group:0,1", 1)]) is None
+    # once they fail (mismatch), this rank fails with their class, naming them
+    rec = {"rank": 1, "kind": "CollectiveMismatchError", "error": "CollectiveMismatchError: x",
+           "stage": "the cross-rank check", "graph": "g"}
+    store.set(f"{failures.PREFIX}/{failures.epoch()}/failed/1", json.dumps(rec))
+    with pytest.raises(CollectiveMismatchError, match="rank 1 failed in the cross-rank check"):
+        _run(store, 0, [_wait("group:0,1", 1)])
+
+
+def test_peer_compile_failure_is_peer_failed(store):
+    rec = {"rank": 1, "kind": "UnsupportedOpError", "error": "UnsupportedOpError: logcumsumexp",
+           "stage": "compile", "graph": ""}
+    store.set(f"{failures.PREFIX}/{failures.epoch()}/failed/1", json.dumps(rec))
+    with pytest.raises(PeerFailedError, match="rank 1 failed in compile.*logcumsumexp"):
+        _run(store, 0, [_wait("group:0,1", 1)])
+
+
+def test_stale_announcement_is_no_cycle(store):
+    # rank 1's announcement names a key of rank 0 that exists: rank 1 left that check
+    store.set(_key("group:0,1", 0), "{}")
+    waits.announce(store, 1, "g", [_wait("group:0,1", 0)])
+    late = _key("group:0,1,2", 1)
+    threading.Timer(1.0, lambda: store.set(late, "{}")).start()
+    assert 0.9 < _run(store, 0, [_wait("group:0,1,2", 1)]) < 10  # waited for the key, no error
+
+
+def test_timeout_names_the_silent_rank(store):
+    with pytest.raises(CollectiveMismatchError, match=r"rank\(s\) \[1\] published no"):
+        _run(store, 0, [_wait("group:0,1", 1)], timeout_s=0.5)
+
+
+def test_failed_rank_is_no_link_of_a_cycle(store):
+    # rank 2 failed in its check: its announcement still names rank 0's missing key
+    waits.announce(store, 1, "g", [_wait("p2p:1,2", 2)])
+    waits.announce(store, 2, "g", [_wait("p2p:0,2", 0)])
+    rec = {"rank": 2, "kind": "UnsupportedOpError", "error": "x", "stage": "compile"}
+    store.set(f"{failures.PREFIX}/{failures.epoch()}/failed/2", json.dumps(rec))
+    assert waits.find_cycle(store, 0, [_wait("p2p:0,1", 1)]) is None
+
+
+def test_records_of_an_episode_this_rank_failed_in_are_acknowledged(store):
+    # a program caught its check error and compiles on without reset_check_sequence(): the
+    # peer's record of that same episode must not fail its next check; a later one does
+    key = f"{failures.PREFIX}/{failures.epoch()}/failed/1"
+    store.set(key, json.dumps({"rank": 1, "kind": "CollectiveMismatchError", "error": "old",
+                               "stage": "the cross-rank check", "time": 1.0}))
+    failures._published[0] = True  # this rank failed (and published) in that episode
+    failures.acknowledge_after_own_failure(2, store=store)
+    assert failures.failed_peers([1], store=store) == {}
+    assert 1 in failures.failed_peers([1], store=store, all_records=True)
+    store.set(key, json.dumps({"rank": 1, "kind": "UnsupportedOpError", "error": "new",
+                               "stage": "compile", "time": 2.0}))
+    with pytest.raises(PeerFailedError, match="rank 1 failed in compile: new"):
+        _run(store, 0, [_wait("group:0,1", 1)])

@@ -1,0 +1,140 @@
+"""The bounded waits of the cross-rank check, and wait-for cycles between ranks.
+
+A rank in the check waits for store keys its peers publish (their fingerprints, then their
+confirmations). Before it waits it *announces* what it waits for under
+``torchair_dist/consistency/<epoch>/waiting/<rank>``: ``{"graph", "waits": [[peer, key], ...]}``.
+While waiting (:func:`wait_for`) it raises
+
+* :class:`~torchair_dist.errors.PeerFailedError` as soon as a peer whose key is missing has
+  published a failure record (:mod:`.failures`) — or ``CollectiveMismatchError`` when every such
+  record is itself a mismatch: the cause is the program's, not a crash;
+* :class:`~torchair_dist.errors.CollectiveMismatchError` as soon as it finds a *wait-for cycle*:
+  this rank waits for a key of rank ``p1``, ``p1`` announced it waits for a missing key of
+  ``p2``, ..., and the last one waits for a key of this rank. Ranks in the check publish all of
+  their keys of that check before they wait, so a missing key of a rank blocked in the check
+  stays missing; the cycle can never resolve (e.g. one rank holds a collective on a subgroup,
+  or a send, that its peer's graph lacks at that point). The cycle is confirmed twice, a poll
+  apart, so a peer that just failed is reported by its failure record instead;
+* ``CollectiveMismatchError`` after the timeout, naming the ranks that published nothing.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..errors import CollectiveMismatchError, PeerFailedError
+from . import failures
+
+log = logging.getLogger("torchair_dist")
+
+CYCLE_AFTER_S = 0.3  # look for wait-for cycles once a wait has lasted this long
+
+# a wait: (scope, check number, peer rank, store key, this rank's first entry there, phase)
+Wait = Tuple[str, int, int, str, str, str]
+
+
+def _key(rank: int) -> str:
+    return f"{failures.PREFIX}/{failures.epoch()}/waiting/{rank}"
+
+
+def announce(store, rank: int, graph_name: str, waits: Sequence[Wait]) -> None:
+    store.set(_key(rank), json.dumps({"graph": graph_name,
+                                      "waits": [[w[2], w[3], w[0], w[5]] for w in waits]}))
+
+
+def _announced(store, rank: int) -> Optional[dict]:
+    key = _key(rank)
+    if not store.check([key]):
+        return None
+    try:
+        return json.loads(store.get(key))
+    except Exception:  # noqa: BLE001 - unreadable: no edge
+        return None
+
+
+def find_cycle(store, rank: int, pending: Sequence[Wait]) -> Optional[List[Tuple[int, str]]]:
+    """A chain ``[(p1, scope), (p2, scope), ..., (rank, scope)]`` of blocked waits from this
+    rank back to itself, each waiting for a missing key of the next; None if there is none."""
+    missing: Dict[str, bool] = {}
+
+    def is_missing(key):
+        if key not in missing:
+            missing[key] = not store.check([key])
+        return missing[key]
+
+    stack = [(w[2], [(w[2], w[0])]) for w in pending]
+    seen = set()
+    while stack:
+        peer, chain = stack.pop()
+        if peer in seen:
+            continue
+        seen.add(peer)
+        if failures.failed_peers([peer], store=store, all_records=True):
+            continue  # not blocked: it failed (its announcement is stale); reported as such
+        record = _announced(store, peer)
+        for other, key, scope, _ in (record or {}).get("waits", []):
+            if not is_missing(key):
+                continue
+            if other == rank:
+                return chain + [(rank, scope)]
+            if other not in seen:
+                stack.append((other, chain + [(other, scope)]))
+    return None
+
+
+def _peer_failed(rank: int, graph_name: str, failed: Dict[int, dict]) -> Exception:
+    text = failures.describe(failed)
+    if all(rec.get("kind") == "CollectiveMismatchError" for rec in failed.values()):
+        return CollectiveMismatchError(
+            f"rank {rank}: cannot run {graph_name}: the ranks compiled different collectives; "
+            f"{text}")
+    return PeerFailedError(
+        f"rank {rank}: cannot run {graph_name}: {text}. This rank compiled fine; the failed "
+        f"rank(s) never reached the cross-rank check, so the collectives they share with this "
+        f"rank would hang.")
+
+
+def _cycle_error(rank: int, graph_name: str, chain, pending: Sequence[Wait]) -> Exception:
+    first = next((w for w in pending if w[2] == chain[0][0]), pending[0])
+    hops = " -> ".join([f"rank {rank}"] + [f"rank {p} ({scope})" for p, scope in chain])
+    return CollectiveMismatchError(
+        f"rank {rank}: ranks compiled different collectives in {graph_name}; running it would "
+        f"hang: the ranks wait for each other in the cross-rank check ({hops}), each for "
+        f"collectives the next one's graph does not have at this point. This rank waits for "
+        f"rank {chain[0][0]} on {first[0]} (check #{first[1]}); this rank's first collective "
+        f"there: {first[4]}.")
+
+
+def wait_for(store, waits: Sequence[Wait], rank: int, graph_name: str, deadline: float,
+             timeout_s: float) -> None:
+    """Wait until every key of ``waits`` exists (see the module docstring for the errors)."""
+    pending = list(waits)
+    start = time.monotonic()
+    suspect, pause = None, 0.001  # polls start fast (peers usually publish within ms)
+    while pending:
+        # store.check, not short store.wait()s: a timed-out wait logs c10d socket warnings
+        pending = [w for w in pending if not store.check([w[3]])]
+        if not pending:
+            return
+        failed = failures.failed_peers({w[2] for w in pending}, store=store)
+        if failed:
+            raise _peer_failed(rank, graph_name, failed)
+        if time.monotonic() - start >= CYCLE_AFTER_S:
+            chain = find_cycle(store, rank, pending)
+            if chain is not None and chain == suspect:
+                raise _cycle_error(rank, graph_name, chain, pending)
+            suspect = chain
+        if time.monotonic() >= deadline:
+            what = "published no collectives" if pending[0][5] == "fingerprint" else \
+                "did not confirm their check"
+            raise CollectiveMismatchError(
+                f"rank {rank}: cross-rank check of {graph_name} timed out after {timeout_s:g}s: "
+                f"rank(s) {sorted({w[2] for w in pending})} {what} for "
+                f"{', '.join(sorted({f'{w[0]} (check #{w[1]})' for w in pending}))} — they "
+                f"compiled a graph with other collectives or groups, took a path without them, "
+                f"or died. This rank's first collective there: {pending[0][4]}. Raise "
+                f"distributed_config.consistency_timeout if those ranks are just slow.")
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(failures.POLL_S, pause * 2)
