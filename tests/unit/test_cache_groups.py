@@ -117,3 +117,23 @@ def test_keys_hash_group_ranks_not_names():
     assert model_key(_Holder(made[(0, 1)]), "forward", cfg, {}) == key_01
     assert input_signature((made[(1, 2)],), {}) == sig_12
     assert call_key((made[(1, 2)],), {})[1] == (type(made[(1, 2)]), "group:tag=;ranks=1,2")
+
+
+def test_legacy_ops_drop_the_creation_order_tag():
+    """Legacy ``c10d_functional`` ops select a group by (tag, ranks): c10d's default tag
+    ``ptd:<name>`` is creation order and is not stored; the ranks select the group."""
+    import torch.distributed._functional_collectives  # noqa: F401 - defines the legacy ops
+
+    g12 = _job([[0, 1], [1, 2]])[(1, 2)]
+    tag = dist.distributed_c10d._get_group_tag(g12)
+    assert tag.startswith("ptd:")
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.output(g.call_function(torch.ops.c10d_functional.all_reduce.default,
+                             (x, "sum", tag, [1, 2], 2)))
+    data = graph_to_data(torch.fx.GraphModule(torch.nn.Module(), g))
+    node = next(nd for nd in data["nodes"] if nd["op"] == "call_function")
+    assert node["args"]["t"][2] == ""
+    _job([[1, 2]])
+    rebuilt = next(n for n in graph_from_data(data).graph.nodes if n.op == "call_function")
+    assert rebuilt.args[2:] == ("", [1, 2], 2)

@@ -134,6 +134,8 @@ def _group_args(n: torch.fx.Node, args: Dict, kwargs: Dict) -> None:
     """Replace the encoded c10d/stable group name of a collective by its ranks (in place)."""
     from .groups import group_arg_position, to_ref
 
+    if getattr(n.target, "namespace", None) == "c10d_functional":
+        _legacy_tag(n, args, kwargs)
     pos = group_arg_position(n.target)
     if pos is None:
         return
@@ -141,6 +143,19 @@ def _group_args(n: torch.fx.Node, args: Dict, kwargs: Dict) -> None:
         args["t"][pos] = to_ref(n.args[pos], n.name).data()
     elif "group_name" in n.kwargs:
         kwargs["d"]["group_name"] = to_ref(n.kwargs["group_name"], n.name).data()
+
+
+def _legacy_tag(n: torch.fx.Node, args: Dict, kwargs: Dict) -> None:
+    """Legacy ``c10d_functional`` ops find their group by (tag, ranks); c10d's default tag
+    ``ptd:<creation-order name>`` is dropped so the ranks alone select the group."""
+    names = [a.name for a in n.target._schema.arguments]
+    if "tag" not in names:
+        return
+    pos = names.index("tag")
+    if pos < len(n.args) and str(n.args[pos]).startswith("ptd:"):
+        args["t"][pos] = ""
+    elif str(n.kwargs.get("tag", "")).startswith("ptd:"):
+        kwargs["d"]["tag"] = ""
 
 
 def graph_to_data(gm: torch.fx.GraphModule) -> Dict:
