@@ -71,8 +71,9 @@ runs on the stored ranks.
 Modules: :mod:`.store` (paths, ownership/permission checks, locking, atomic writes, the
 index), :mod:`.graph_data` (graph <-> JSON data, ``torch.ops``-only op lookup), :mod:`.keys`
 (model key, input signature, versions), :mod:`.groups` (groups by ranks in entries and keys),
-:mod:`.record` (cold path: the recording backend and the input/output maps), :mod:`.entry` (warm path: :class:`LoadedEntry`), :mod:`.api`
-(:func:`cache_compile`, :class:`CacheCompiledFunction`).
+:mod:`.record` (cold path: the recording backend and the input/output maps), :mod:`.entry`
+(warm path: :class:`LoadedEntry`), :mod:`.api` (:func:`cache_compile`,
+:class:`CacheCompiledFunction`).
 """
 import os  # noqa: F401 - part of this module's namespace before the split (tests patch
 #            ``torchair_dist.cache.os.geteuid``, i.e. the os module every submodule uses)
