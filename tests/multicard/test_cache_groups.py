@@ -131,8 +131,9 @@ def test_two_jobs_other_group_order_2ranks(tmp_path):
         ([[0], [0, 1]], [[0, 1]], [[0, 1]]),
     ])
     _check(cold, warm, 2, global_rejected=False)
-    # the reduction really spans both ranks: (1 + 2) * w + 1
-    assert warm[0]["max-autotune"]["attr"]["got"] == [4.0, 7.0, 10.0, 13.0]
+    for rank in range(2):  # the reduction really spans both ranks: (1 + 2) * w + 1
+        for mode in MODES:
+            assert warm[rank][mode]["attr"]["got"] == [4.0, 7.0, 10.0, 13.0], (rank, mode)
 
 
 def test_two_jobs_subgroups_4ranks(tmp_path):
@@ -148,5 +149,8 @@ def test_two_jobs_subgroups_4ranks(tmp_path):
     _check(cold, warm, 4, global_rejected=True)
     for rank in range(4):
         pair = 3 if rank < 2 else 7  # (1 + 2) or (3 + 4)
-        assert warm[rank]["npugraph_ex"]["attr"]["got"] == [pair * k + 1.0 for k in range(1, 5)]
-        assert warm[rank]["reduce-overhead"]["global"]["got"] == [11.0, 21.0, 31.0, 41.0]
+        for mode in MODES:
+            assert warm[rank][mode]["attr"]["got"] == [pair * k + 1.0 for k in range(1, 5)]
+            assert warm[rank][mode]["global"]["got"] == [11.0, 21.0, 31.0, 41.0]  # WORLD
+            missing = [0, 2] if rank % 2 == 0 else [1, 3]
+            assert f"ranks {missing}" in warm[rank][mode]["global"]["rejections"][0]
