@@ -18,6 +18,12 @@ rebuild the caller's result:
   bits, op). Lifted constant tensors are raw bytes + dtype + shape. No pickle, no marshal, no
   stored Python source: the only code that runs is what the library generates from the graph
   (ACL: FX's code generator; GE: the converters).
+* process groups: a collective's group argument is stored as the group's global ranks and
+  tag, never as c10d's creation-order name ("1" can be another group in another job); the
+  loader rebinds it to this job's group with those ranks, and refuses the entry (warning,
+  recompile) when this job has none (:mod:`.groups`). Groups and device meshes the module's
+  submodules hold as attributes, DTensor meshes and group arguments of the call enter the keys
+  by their ranks.
 * inputs: one entry per graph placeholder: a parameter/buffer by qualified name (the DTensor's
   local shard when it is one), a leaf of the call's arguments, or ``none`` for an unused
   non-tensor placeholder (DTensor's DeviceMesh objects).
@@ -57,13 +63,17 @@ version check is a second line. Writes go to a ``mkstemp`` file (0600) that is f
 Limits: static shapes only (``dynamic=False``; a new input signature compiles and adds an
 entry); inference only (runs under ``torch.no_grad()``); the function must compile to one graph
 (``fullgraph``) whose inputs are the module's parameters/buffers and the call's arguments, and
-whose Python side effects (other than tensor writes inside the graph) do not matter.
+whose Python side effects (other than tensor writes inside the graph) do not matter. A group
+the function reads from a global or a closure is not in the key (like any other global): if the
+next job's code picks a group with other ranks while the stored ranks still exist, the entry
+runs on the stored ranks.
 
 Modules: :mod:`.store` (paths, ownership/permission checks, locking, atomic writes, the
 index), :mod:`.graph_data` (graph <-> JSON data, ``torch.ops``-only op lookup), :mod:`.keys`
-(model key, input signature, versions), :mod:`.record` (cold path: the recording backend and
-the input/output maps), :mod:`.entry` (warm path: :class:`LoadedEntry`), :mod:`.api`
-(:func:`cache_compile`, :class:`CacheCompiledFunction`).
+(model key, input signature, versions), :mod:`.groups` (groups by ranks in entries and keys),
+:mod:`.record` (cold path: the recording backend and the input/output maps), :mod:`.entry`
+(warm path: :class:`LoadedEntry`), :mod:`.api` (:func:`cache_compile`,
+:class:`CacheCompiledFunction`).
 """
 import os  # noqa: F401 - part of this module's namespace before the split (tests patch
 #            ``torchair_dist.cache.os.geteuid``, i.e. the os module every submodule uses)

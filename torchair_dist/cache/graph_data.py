@@ -99,6 +99,10 @@ def _dec(a: Any, env: Dict[str, torch.fx.Node]) -> Any:
         return torch.device(v)
     if kind == "op":
         return lookup_op(v)
+    if kind == "group":  # a process group by its ranks: this job's group with those ranks
+        from .groups import rebind
+
+        return rebind(v)
     raise CacheRejectedError(f"unknown graph argument kind {kind!r}")
 
 
@@ -126,7 +130,36 @@ def _tensor_from(d: Dict) -> torch.Tensor:
         d["shape"]).clone()
 
 
+def _group_args(n: torch.fx.Node, args: Dict, kwargs: Dict) -> None:
+    """Replace the encoded c10d/stable group name of a collective by its ranks (in place)."""
+    from .groups import group_arg_position, to_ref
+
+    if getattr(n.target, "namespace", None) == "c10d_functional":
+        _legacy_tag(n, args, kwargs)
+    pos = group_arg_position(n.target)
+    if pos is None:
+        return
+    if pos < len(n.args):
+        args["t"][pos] = to_ref(n.args[pos], n.name).data()
+    elif "group_name" in n.kwargs:
+        kwargs["d"]["group_name"] = to_ref(n.kwargs["group_name"], n.name).data()
+
+
+def _legacy_tag(n: torch.fx.Node, args: Dict, kwargs: Dict) -> None:
+    """Legacy ``c10d_functional`` ops find their group by (tag, ranks); c10d's default tag
+    ``ptd:<creation-order name>`` is dropped so the ranks alone select the group."""
+    names = [a.name for a in n.target._schema.arguments]
+    if "tag" not in names:
+        return
+    pos = names.index("tag")
+    if pos < len(n.args) and str(n.args[pos]).startswith("ptd:"):
+        args["t"][pos] = ""
+    elif str(n.kwargs.get("tag", "")).startswith("ptd:"):
+        kwargs["d"]["tag"] = ""
+
+
 def graph_to_data(gm: torch.fx.GraphModule) -> Dict:
+    """The graph as JSON data; process groups named by their ranks (see :mod:`.groups`)."""
     nodes, consts = [], {}
     for n in gm.graph.nodes:
         if n.op == "call_function":
@@ -146,8 +179,11 @@ def graph_to_data(gm: torch.fx.GraphModule) -> Dict:
             consts[target] = _tensor_data(value)
         else:
             raise NotCacheableError(f"node {n.name}: {n.op} nodes are not cacheable")
-        nodes.append({"op": n.op, "name": n.name, "target": target,
-                      "args": _enc(tuple(n.args)), "kwargs": _enc(dict(n.kwargs))})
+        args, kwargs = _enc(tuple(n.args)), _enc(dict(n.kwargs))
+        if n.op == "call_function":
+            _group_args(n, args, kwargs)
+        nodes.append({"op": n.op, "name": n.name, "target": target, "args": args,
+                      "kwargs": kwargs})
     return {"nodes": nodes, "consts": consts}
 
 

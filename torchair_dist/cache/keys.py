@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.utils._pytree as pytree
 
+from .groups import describe, module_groups
 from .store import FORMAT_VERSION
 
 
@@ -43,13 +44,17 @@ def _code_identity(cls) -> str:
 def model_key(module: torch.nn.Module, func_name: str, config, decompositions: Dict) -> str:
     """md5 of everything a compiled graph depends on besides the inputs' shapes: versions,
     the source files of every submodule's class (and their packages' versions), the module's
-    structure and state shapes/placements, every config option and the decompositions."""
+    structure and state shapes/placements/meshes, the process groups and device meshes its
+    submodules hold (by ranks, never by c10d's creation-order names), every config option and
+    the decompositions."""
     h = hashlib.md5()
     parts = [json.dumps(_versions(), sort_keys=True), func_name, str(module)]
     parts += sorted({_code_identity(type(m)) for m in module.modules()})
     for name, t in _state_tensors(module):
         parts.append(f"{name}:{type(t).__name__}:{tuple(t.shape)}:{t.dtype}:"
-                     f"{getattr(t, 'placements', '')}")
+                     f"{getattr(t, 'placements', '')}:"
+                     f"{describe(getattr(t, 'device_mesh', None)) or ''}")
+    parts += module_groups(module)
     parts += [f"{k}={v!r}" for k, v in sorted(config.as_dict().items())]
     for op, fn in sorted(decompositions.items(), key=lambda kv: str(kv[0])):
         code = getattr(fn, "__code__", None)
@@ -71,8 +76,9 @@ def call_key(args: tuple, kwargs: dict) -> tuple:
                         str(getattr(x, "placements", ""))))
         elif x is None or isinstance(x, (bool, int, float, str)):
             key.append((type(x), x))
-        else:
-            key.append((type(x),))  # Dynamo guarded it; we cannot
+        else:  # a group/mesh by its ranks; anything else: Dynamo guarded it, we cannot
+            desc = describe(x)
+            key.append((type(x), desc) if desc is not None else (type(x),))
     return tuple(key)
 
 
