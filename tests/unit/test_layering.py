@@ -77,3 +77,15 @@ def test_imports_point_down_only():
 def test_every_module_has_a_level():
     for module, _ in modules():
         level_of(module)  # raises ValueError for a module no prefix covers
+
+
+def test_test_modules_have_unique_basenames():
+    """Rank processes import test modules by basename (``tests/*`` dirs are on sys.path), so two
+    test files with one name make a rank run the wrong module (it happened twice)."""
+    import collections
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    names = collections.Counter(p.name for p in root.rglob("*.py")
+                                if p.name != "conftest.py" and "__pycache__" not in p.parts)
+    assert not [n for n, c in names.items() if c > 1], [n for n, c in names.items() if c > 1]
