@@ -17,7 +17,9 @@ def device_check():
     return module
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="checks the no-device exit message, shown only without a CUDA "
+                    "device (make gpu-check runs the real check there)")
 def test_gpu_check_without_cuda_exits_2_with_a_clear_message(device_check, capsys):
     with pytest.raises(SystemExit) as exit_info:
         device_check.main(["--device", "cuda"])
@@ -31,7 +33,8 @@ def test_npu_check_without_npu_exits_2(device_check, capsys, monkeypatch):
     from torchair_dist import platform
 
     if platform.current().name == "npu":
-        pytest.skip("an NPU is present")
+        pytest.skip("checks the no-device exit message, shown only without an NPU "
+                    "(make npu-check runs the real check there)")
     with pytest.raises(SystemExit) as exit_info:
         device_check.main(["--device", "npu"])
     assert exit_info.value.code == 2 and "no Ascend NPU" in capsys.readouterr().err
