@@ -176,6 +176,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "backend", "inductor generates the compute kernels of the post-pass graph; our "
           "collectives, schedule, check, capture and cache stay",
           gate="experimental_config.inductor_kernels", platforms=frozenset({"cpu", "cuda"})),
+    Stage("value_ints", "torchair_dist.backends.aclgraph.sym_values:split_value_ints", "backend",
+          "integer inputs that only reach tensor ops as values are fed as 0-d tensors and "
+          "their host arithmetic runs per call, so one capture serves every value",
+          platforms=_capture_platforms),
     Stage("capture", "torchair_dist.backends.aclgraph.runner:AclGraphRunner", "backend",
           "capture per graph key, replay on later calls", reads=_CAPTURE_READS,
           platforms=_capture_platforms),
@@ -192,7 +196,8 @@ _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
           "remove_copy_into_empty", "view_to_reshape", "collapse_view_chains", "custom_post_pass")
 _ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "deadlock_check", "validate",
                  "fx_summary", "data_dump", "run_eagerly", "acl_codegen", "acl_dump",
-                 "inductor_kernels", "capture", "device_capture", "consistency")
+                 "inductor_kernels", "value_ints", "capture", "device_capture",
+                 "consistency")
 _GE = _ENTRY + ("constant_folding", "dead_code_elimination", "deadlock_check", "topology_sort",
                 "validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump",
                 "ge_export", "ge_run", "cann_options", "cann_dump", "cann_aoe", "consistency")

@@ -13,6 +13,7 @@ Every capture, replay and recapture is counted in :mod:`.report` (``capture_repo
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 
@@ -27,6 +28,7 @@ from .codegen import generate_forward
 from .record import RecordGraph, RecordPool
 from .report import capture_report, reset_capture_report
 from .runner import AclGraphRunner
+from .sym_values import ValueIntRunner, split_value_ints
 
 __all__ = ["compile_graph", "graph_factory_for", "cpu_capture_mode", "capture_report",
            "reset_capture_report"]
@@ -94,6 +96,42 @@ def compile_graph(ctx: GraphContext):
         log.debug("%s: no graph capture on this device; running the generated forward",
                   ctx.graph_name)
         return generated.fn
-    runner = AclGraphRunner(generated.fn, ctx, factory)
-    runner.source = generated.source
+
+    def make_forward(c: GraphContext):
+        made = generated if c.gm is ctx.gm else generate_forward(c.gm, c.graph_name)
+        return made.fn, made.source
+
+    return capture_runner(ctx, factory, make_forward)
+
+
+def capture_runner(ctx: GraphContext, factory, make_forward):
+    """The capturing runner of ``ctx``: ``make_forward(ctx) -> (fn, source)`` compiles the
+    graph's forward. Integer inputs that only reach tensor ops as values are split out first
+    (:mod:`.sym_values`), so one capture serves every value of them."""
+    split = split_value_ints(ctx.gm)
+    if split is None:
+        fn, source = make_forward(ctx)
+        runner = AclGraphRunner(fn, ctx, factory)
+        runner.source = source
+        return runner
+    log.debug("%s: integer inputs %s are fed as values (one capture for every value)",
+              ctx.graph_name, split.value_positions)
+    values = split.gm.graph.find_nodes(op="placeholder")[-split.n_values:] if split.n_values \
+        else []
+    device_ctx = dataclasses.replace(ctx, gm=split.gm, example_inputs=list(ctx.example_inputs)
+                                     + [p.meta["val"] for p in values])
+    fn, source = make_forward(device_ctx)
+    inner = AclGraphRunner(fn, device_ctx, graph_factory_for(device_ctx))
+    inner.source = source
+    return ValueIntRunner(split, inner)
+    log.debug("%s: integer inputs %s are fed as values (one capture for every value)",
+              ctx.graph_name, split.value_positions)
+    values = split.gm.graph.find_nodes(op="placeholder")[-split.n_values:] if split.n_values \
+        else []
+    device_ctx = dataclasses.replace(ctx, gm=split.gm, example_inputs=list(ctx.example_inputs)
+                                     + [p.meta["val"] for p in values])
+    device_forward = generate_forward(split.gm, ctx.graph_name)
+    inner = AclGraphRunner(device_forward.fn, device_ctx, graph_factory_for(device_ctx))
+    inner.source = device_forward.source
+    runner = ValueIntRunner(split, inner)
     return runner

@@ -97,11 +97,9 @@ def compile_forward(ctx: GraphContext) -> Callable[[List[Any]], Any]:
 
 def compile_graph(ctx: GraphContext):
     """The ACL modes' ``compile_graph`` with inductor kernels: capture stays the ACL runner's."""
-    from . import graph_factory_for
-    from .runner import AclGraphRunner
+    from . import capture_runner, graph_factory_for
 
-    forward = compile_forward(ctx)
     factory = graph_factory_for(ctx)
     if factory is None:
-        return forward
-    return AclGraphRunner(forward, ctx, factory)
+        return compile_forward(ctx)
+    return capture_runner(ctx, factory, lambda c: (compile_forward(c), None))
