@@ -179,6 +179,39 @@ def test_host_sync_is_not_captured_one_warning_with_op_and_line(dynamic_shape_op
     assert graph["*"]["uncaptured_runs"] == 3 and op in graph["*"]["uncaptured_reason"]
 
 
+def _mask_index(x):
+    return x[x > 0].sum() + x  # SOURCE-LINE-MASK
+
+
+def test_integer_index_is_captured_and_a_boolean_mask_is_not(dynamic_shape_ops):
+    """``aten.index.Tensor`` carries the dynamic-output-shape tag for its boolean-mask form only:
+    with integer indices (an MoE combine, ``out[slot]``) the output size is the index's, so the
+    graph is captured and replayed; a boolean mask needs the data and leaves it uncaptured."""
+    def gather_rows(x, slot):
+        return x[slot] * 2
+
+    f = compile_fn(gather_rows)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for seed in range(3):
+            x, slot = torch.randn(8, 4), torch.randint(0, 8, (5,), generator=torch.Generator()
+                                                        .manual_seed(seed))
+            assert torch.equal(f(x, slot), gather_rows(x, slot))
+    assert not [w for w in caught if "not captured" in str(w.message)]
+    (graph,) = torchair_dist.capture_report().values()
+    (key,) = graph.values()
+    assert key["captures"] == 1 and key["replays"] == 2, key
+    torchair_dist.reset_capture_report()
+    torch._dynamo.reset()
+    g = compile_fn(_mask_index)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = torch.randn(6)
+        assert torch.equal(g(x), _mask_index(x))
+    skips = [str(w.message) for w in caught if "not captured" in str(w.message)]
+    assert len(skips) == 1 and "SOURCE-LINE-MASK" in skips[0], skips
+
+
 def test_host_call_inside_a_kernel_is_caught_and_mutations_applied_once(runners, monkeypatch):
     """A host-side call found only while capturing (inside an opaque kernel) stops the capture;
     the input mutations it already made are undone, so the uncaptured run applies them once."""

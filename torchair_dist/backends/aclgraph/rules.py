@@ -23,7 +23,6 @@ import torch.fx
 from ...streams.ops import NAMESPACE as STREAMS_NS
 from ...streams.rewrite import where
 
-_DATA_DEPENDENT_TAGS = (torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape)
 _COPY_OPS = ("aten._to_copy.default", "aten.copy_.default", "aten.copy.default",
              "prims.device_put.default", "aten._to_copy.out")
 
@@ -65,13 +64,31 @@ def _crosses_devices(node: torch.fx.Node) -> bool:
     return False
 
 
+def _data_dependent(node: torch.fx.Node) -> bool:
+    """The op needs its input data on the host: always for ``data_dependent_output`` ops
+    (``.item()``); for ``dynamic_output_shape`` ops only where this call's output size is
+    unknown until run time (unbacked symbols: ``nonzero``, a boolean-mask ``index``), not where
+    the tag is about another call pattern (``index`` with integer indices has a known shape)."""
+    tags = node.target.tags
+    if torch.Tag.data_dependent_output in tags:
+        return True
+    if torch.Tag.dynamic_output_shape not in tags:
+        return False
+    val = node.meta.get("val")
+    if val is None:
+        return True  # no shape information: assume the worst
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    return bool(free_unbacked_symbols(val))
+
+
 def node_rule(node: torch.fx.Node) -> Optional[Uncapturable]:
     """The rule ``node`` breaks, or None."""
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return None
     target = node.target
     name = f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
-    if any(tag in target.tags for tag in _DATA_DEPENDENT_TAGS):
+    if _data_dependent(node):
         return Uncapturable(name, "needs the tensor data on the host (a host sync: its "
                                   "result or output size depends on the data)", where(node))
     if target.namespace == STREAMS_NS and target._schema.name.endswith("synchronize"):
