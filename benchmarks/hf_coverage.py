@@ -84,7 +84,11 @@ def run_arch(pool, model_type: str, modes: List[str], workdir: str, timeout: flo
     try:
         results = pool.run(hf_decode.coverage_case, path, modes, timeout=timeout)
     except RankFailure as exc:
-        status = ", ".join(f"rank {r}: {s}" for r, s in sorted(exc.per_rank.items()))
+        for r, text in sorted(exc.errors.items()):
+            print(f"--- {model_type} rank {r}:\n{text}", file=sys.stderr)
+        status = ", ".join(f"rank {r}: {s}" + (f" {_last_line(exc.errors[r])}"
+                                                if r in exc.errors else "")
+                           for r, s in sorted(exc.per_rank.items()))
         return {"modes": {m: f"failed ({status})" for m in modes}}
     excluded = [r["excluded"] for r in results if "excluded" in r]
     if excluded:
@@ -97,6 +101,11 @@ def run_arch(pool, model_type: str, modes: List[str], workdir: str, timeout: flo
         same = len({r["modes"][mode] for r in results}) == 1
         cells[mode] = "ok" if not bad else (results[0]["modes"][mode] if same else "; ".join(bad))
     return {"modes": cells, "note": note} if note else {"modes": cells}
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    return lines[-1][:160] if lines else ""
 
 
 def render(rows: Dict[str, Dict], kinds: Dict[str, str], modes: List[str],
