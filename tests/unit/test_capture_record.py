@@ -318,3 +318,32 @@ def test_rule_host_device_copy_and_stream_sync_are_uncapturable():
 
     same_device = torch.fx.symbolic_trace(lambda t: t.to(torch.float64) + 1)
     assert find_uncapturable(same_device) is None
+
+
+def _ops_of(fn):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        result = fn()
+    return result, [e.name for e in prof.events() if e.name.startswith("aten::")]
+
+
+def test_replay_writes_outputs_in_place_and_reads_inputs_without_copies(runners):
+    """A replay issues the graph's own ops and nothing else: an op that makes an output writes
+    it through its ``out=`` overload (no copy into the captured output), and the inputs a
+    device runner copies into private buffers (clone_input) are read where the caller has
+    them. Values equal eager on every call, and the output is the same tensor every replay."""
+    def mlp(x, w1, w2):
+        return torch.relu(x @ w1) @ w2, x.sum(0)
+
+    w1, w2 = torch.randn(8, 16), torch.randn(16, 4)
+    f = compile_fn(mlp)
+    first = f(torch.randn(3, 8), w1, w2)
+    (runner,) = runners
+    assert "out=" in next(iter(runner.captures.values())).graph.source
+    for _ in range(3):
+        x = torch.randn(3, 8)
+        got, ops = _ops_of(lambda: f(x, w1, w2))
+        for a, b in zip(got, mlp(x, w1, w2)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        assert got[0] is first[0] and got[1] is first[1], "outputs are the captured tensors"
+        assert "aten::copy_" not in ops and "aten::clone" not in ops, ops
+        assert ops.count("aten::mm") == 2 and ops.count("aten::sum") == 1, ops

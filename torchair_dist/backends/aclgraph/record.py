@@ -4,11 +4,14 @@ Capture runs the FX graph once under a ``TorchDispatchMode`` that records every 
 with its tensors: aten ops, torch's ``_c10d_functional`` collectives, the ``torchair_dist::``
 collectives and the stream ops. Replay re-issues exactly those ops, in order, without running
 Python or FX: a function is generated from the record (one line per op), whose inputs are the
-captured buffers (the runner's static inputs, used in place) and whose results are copied into
-the captured output tensors. So, as on a device:
+captured buffers (the runner's static inputs, used in place) and whose results land in the
+captured output tensors: an op that makes an output writes it there through its ``out=``
+overload, any other output is copied in. So, as on a device:
 
-* a replay reads the *captured* input buffers: an input the runner did not copy in, or a
-  parameter swapped for another tensor, is not seen;
+* a replay reads the *captured* input buffers: a parameter swapped for another tensor, or an
+  input the runner did not copy in, is not seen. (The inputs a device runner copies into its
+  static buffers are read where the caller holds them instead: the same values, without the
+  copy, since nothing on the CPU is bound to an address);
 * shapes, Python control flow and host values are frozen at capture;
 * outputs are the same tensors every replay, overwritten by the next one;
 * collectives are re-issued on every replay, in the captured order;
@@ -97,12 +100,51 @@ class _Codegen:
             for i, v in enumerate(value):
                 self.bind(v, f"{name}[{i}]")
 
-    def emit(self, counter, func, args, kwargs, out) -> None:
+    def emit(self, counter, func, args, kwargs, out, into: Optional[set] = None) -> None:
+        """One line per op; where the op makes a tensor in ``into`` (ids of the captured
+        outputs) and has an ``out=`` overload, it writes that tensor in place instead."""
         parts = [self.expr(a) for a in args]
         parts += [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
+        out_op = _out_overload(func, out) if into and id(out) in into else None
+        if out_op is not None:
+            into.discard(id(out))
+            target = self.const(out)
+            self.lines.append(f"    {self.const(out_op)}({', '.join(parts + ['out=' + target])})")
+            self.names[id(out)] = target
+            return
         name = f"v{next(counter)}"
         self.lines.append(f"    {name} = {self.const(func)}({', '.join(parts)})")
         self.bind(out, name)
+
+
+def _out_overload(func, out) -> Optional[torch._ops.OpOverload]:
+    """The ``out=`` overload of the functional aten op ``func`` taking the same arguments, for
+    a plain (non-view) tensor result; None otherwise."""
+    if (not isinstance(out, torch.Tensor) or not isinstance(func, torch._ops.OpOverload)
+            or func.namespace != "aten" or out._base is not None):
+        return None
+    if func not in _OUT_OVERLOADS:
+        _OUT_OVERLOADS[func] = _find_out_overload(func)
+    return _OUT_OVERLOADS[func]
+
+
+_OUT_OVERLOADS: Dict[Any, Optional[torch._ops.OpOverload]] = {}
+
+
+def _find_out_overload(func) -> Optional[torch._ops.OpOverload]:
+    schema = func._schema
+    if schema.is_mutable or len(schema.returns) != 1:
+        return None
+    want = [(a.name, str(a.type)) for a in schema.arguments]
+    packet = func.overloadpacket
+    for name in packet.overloads():
+        candidate = getattr(packet, name)
+        args = candidate._schema.arguments
+        outs = [a for a in args if a.is_out]
+        if (len(outs) == 1 and outs[0].name == "out" and
+                [(a.name, str(a.type)) for a in args if not a.is_out] == want):
+            return candidate
+    return None
 
 
 class RecordPool:
@@ -116,6 +158,8 @@ class RecordPool:
 
     def clobber_after(self, graph: "RecordGraph") -> None:
         """Overwrite the pool outputs of the graphs captured after ``graph``."""
+        if self.graphs and self.graphs[-1]() is graph:
+            return  # the latest capture: none after it
         live = [g() for g in self.graphs]
         live = [g for g in live if g is not None]
         if graph not in live:
@@ -170,10 +214,12 @@ class RecordGraph:
     def _build(self, inputs, entries, outputs) -> None:
         gen = _Codegen(inputs)
         counter = itertools.count()
-        for func, args, kwargs, out in entries:
-            gen.emit(counter, func, args, kwargs, out)
         storages = {x.untyped_storage().data_ptr() for x in inputs
                     if isinstance(x, torch.Tensor)}
+        into = {id(o) for o in outputs if isinstance(o, torch.Tensor)
+                and o.untyped_storage().data_ptr() not in storages}
+        for func, args, kwargs, out in entries:
+            gen.emit(counter, func, args, kwargs, out, into)
         results = []
         self.pool_outputs = []
         for o in outputs:
@@ -190,12 +236,20 @@ class RecordGraph:
         self._consts = gen.consts
         self.ops = [entry[0] for entry in entries]  # what a replay issues, in order
 
-    def replay(self) -> None:
-        with torch.no_grad():
-            fresh = self._replay(self._buffers)
+    reads_caller_inputs = True  # replay(inputs): copied inputs are read where the caller has them
+
+    def replay(self, inputs: Optional[List[Any]] = None) -> None:
+        """Re-issue the recorded ops on ``inputs`` (default: the captured buffers)."""
+        grad = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            fresh = self._replay(self._buffers if inputs is None else inputs)
             for static, new in zip(self.outputs, fresh):
-                if isinstance(static, torch.Tensor) and not _same_view(static, new):
+                if static is not new and isinstance(static, torch.Tensor) and not _same_view(
+                        static, new):
                     static.copy_(new)
+        finally:
+            torch._C._set_grad_enabled(grad)
         if self.pool is not None:
             self.pool.clobber_after(self)
 

@@ -30,7 +30,7 @@ class _Capture:
     """One captured graph: its static inputs, the graph, and the pointers it was made on."""
 
     __slots__ = ("graph", "static_inputs", "copy_indices", "pinned_ptrs", "outputs",
-                 "output_alias")
+                 "output_alias", "reads_caller_inputs")
 
     def __init__(self, graph, static_inputs, copy_indices, pinned_ptrs, outputs, output_alias):
         self.graph = graph
@@ -39,6 +39,8 @@ class _Capture:
         self.pinned_ptrs = pinned_ptrs        # {index: data_ptr} of inputs used in place
         self.outputs = outputs
         self.output_alias = output_alias      # per output: True if it aliases an input
+        # the CPU record stand-in reads copied inputs where the caller holds them (no copy)
+        self.reads_caller_inputs = bool(getattr(graph, "reads_caller_inputs", False))
 
 
 class AclGraphRunner:
@@ -118,8 +120,15 @@ class AclGraphRunner:
             self.captures[key] = cap
             report.captured(self.name, self.report_key(key), reason, recapture)
         else:
-            self._copy_inputs(cap, args)
-            cap.graph.replay()
+            if cap.reads_caller_inputs and self.clone_input:
+                # private buffers (clone_input): reading the caller's tensors is the same
+                feed = cap.static_inputs.copy()
+                for i in cap.copy_indices:
+                    feed[i] = args[i]
+                cap.graph.replay(feed)
+            else:
+                self._copy_inputs(cap, args)
+                cap.graph.replay()
             report.replayed(self.name, self.report_key(key))
             outputs = cap.outputs
         if self.clone_output or self._pool_shared_by_several():
