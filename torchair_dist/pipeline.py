@@ -121,6 +121,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("reinplace_inputs", "torchair_dist.passes.reinplace_inputs:reinplace_input_mutations",
           "aot-pass", "copy_(input, op(input)) becomes op_(input): a KV cache is written in place",
           gate="debug.aclgraph.disable_reinplace_input_mutated_ops_pass", runs_when=_is_unset),
+    Stage("remove_cat_ops", "torchair_dist.passes.remove_cat:remove_cat_ops", "aot-pass",
+          "cat(mm(..), add(..)) -> each producer writes its slice of one buffer through its "
+          "out= overload (no concatenation copy); runs last among the rewriting passes",
+          gate="debug.aclgraph.remove_cat_ops"),
     Stage("deadlock_check", "torchair_dist.passes.deadlock_check:deadlock_check", "aot-pass",
           "warn about collectives that may run concurrently on different streams",
           gate="debug.deadlock_check"),
@@ -194,7 +198,8 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
 
 _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
           "remove_copy_into_empty", "view_to_reshape", "collapse_view_chains", "custom_post_pass")
-_ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "deadlock_check", "validate",
+_ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "remove_cat_ops",
+                 "deadlock_check", "validate",
                  "fx_summary", "data_dump", "run_eagerly", "acl_codegen", "acl_dump",
                  "inductor_kernels", "value_ints", "capture", "device_capture",
                  "consistency")
