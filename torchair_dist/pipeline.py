@@ -105,6 +105,9 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("remove_copy_into_empty", "torchair_dist.passes.common:remove_copy_into_empty",
           "aot-pass", "copy(empty_like(x), fresh result) -> the result (a collective's output "
           "copied into a buffer nobody wrote)"),
+    Stage("pattern_fusion", "torchair_dist.passes.pattern_fusion:pattern_fusion", "aot-pass",
+          "residual add + RMSNorm (LlamaRMSNorm's AOT ops) -> torch_npu.npu_add_rms_norm",
+          gate="experimental_config.pattern_fusion_pass", platforms=NPU),
     Stage("view_to_reshape", "torchair_dist.passes.common:view_to_reshape", "aot-pass",
           "aten.view becomes aten.reshape"),
     Stage("collapse_view_chains", "torchair_dist.passes.common:collapse_view_chains", "aot-pass",
@@ -198,11 +201,11 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
 
 _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
           "remove_copy_into_empty", "view_to_reshape", "collapse_view_chains", "custom_post_pass")
-_ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "remove_cat_ops",
-                 "deadlock_check", "validate",
-                 "fx_summary", "data_dump", "run_eagerly", "acl_codegen", "acl_dump",
-                 "inductor_kernels", "value_ints", "capture", "device_capture",
-                 "consistency")
+_SPLIT = _ENTRY.index("view_to_reshape")  # ACL modes fuse patterns before view -> reshape
+_ACL = _ENTRY[:_SPLIT] + ("pattern_fusion",) + _ENTRY[_SPLIT:] + (
+    "overlap", "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "validate",
+    "fx_summary", "data_dump", "run_eagerly", "acl_codegen", "acl_dump", "inductor_kernels",
+    "value_ints", "capture", "device_capture", "consistency")
 _GE = _ENTRY + ("constant_folding", "dead_code_elimination", "deadlock_check", "topology_sort",
                 "validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump",
                 "ge_export", "ge_run", "cann_options", "cann_dump", "cann_aoe", "consistency")
