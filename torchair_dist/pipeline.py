@@ -148,9 +148,11 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           gate="debug.fx_summary.type", runs_when=_is_set,
           reads=("debug.fx_summary.skip_compile",)),
     Stage("data_dump", "torchair_dist.debug:data_dump_runner", "backend",
-          "instead of the backend: run node by node and save every node's outputs",
+          "instead of the backend: run node by node and save every node's outputs; of the "
+          "graph before the passes with data_dump_stage='original'",
           gate="debug.data_dump.type", runs_when=_is_set,
-          reads=("debug.data_dump.filter", "debug.data_dump.path")),
+          reads=("debug.data_dump.filter", "debug.data_dump.path",
+                 "dump_config.data_dump_stage")),
     Stage("run_eagerly", "torchair_dist.compiler:_eager_runner", "backend",
           "instead of the backend: run the FX graph eagerly", gate="debug.run_eagerly"),
     Stage("ge_convert", "torchair_dist.backends.ge:compile_graph", "backend",
