@@ -86,7 +86,8 @@ _CAPTURE_READS = ("debug.aclgraph.clone_input", "debug.aclgraph.enable_output_cl
                   "experimental_config.frozen_parameter")
 
 _EXPORT_READS = ("export.export_path_dir", "export.export_name", "export.weight_name",
-                 "export.experimental.auto_atc_config_generated")
+                 "export.experimental.auto_atc_config_generated", "export.inputs_name",
+                 "export.experimental.enable_record_nn_module_stack")
 
 STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("send_recv", "torchair_dist.collectives.p2p:preprocess_send_recv", "dynamo-pass",
@@ -163,7 +164,8 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "write the GE graph as txt/pbtxt/py", gate="debug.graph_dump.type", runs_when=_is_set,
           reads=("debug.graph_dump.path",)),
     Stage("ge_export", "torchair_dist.backends.ge.export:export_model", "backend",
-          "write the GE graph (.air) and its weights instead of running",
+          "write the GE graph (.air) and its weights on the first call; inputs named by "
+          "inputs_name, ops annotated with their nn.Module stack on request",
           gate="export.export_mode", reads=_EXPORT_READS),
     Stage("ge_run", "torchair_dist.backends.ge.runtime:create_runtime", "backend",
           "run the GE graph: CANN on NPU, the reference executor elsewhere"),
