@@ -14,16 +14,17 @@ Requires: node order is the execution order and nothing reorders the graph after
 readers of ``buf`` depend on the writes by position, as in the generated runner and the
 capture); ``node.meta["val"]`` on the nodes involved. Guarantees: values bit-for-bit unchanged.
 A cat is rewritten only when every input is produced by a listed op that has an ``out=``
-overload with the same arguments, used only by this cat (once), of the cat's dtype and device;
-all sizes are static; matrix products write only into contiguous slices (a strided ``out=``
-would make the kernel compute elsewhere and copy, or pick another BLAS path). Any other cat is
-left as it is, and so is the whole graph when ``experimental_config.inductor_kernels``
-generates its kernels.
+overload with the same arguments, used only by this cat (once), of the cat's dtype and device,
+on the cat's stream (a buffer written on one stream and read or freed on another would need
+stream bookkeeping); all sizes are static; matrix products write only into contiguous slices
+(a strided ``out=`` would make the kernel compute elsewhere and copy, or pick another BLAS
+path). Any other cat is left as it is, and so is the whole graph when
+``experimental_config.inductor_kernels`` generates its kernels.
 """
 from __future__ import annotations
 
 import logging
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import torch
 import torch.fx
@@ -81,9 +82,31 @@ def _cat_dim(cat: torch.fx.Node, ndim: int) -> int:
     return dim + ndim if dim < 0 else dim
 
 
-def _can_write_into(producer, cat: torch.fx.Node, out_val: torch.Tensor, dim: int) -> bool:
+_STREAMS_NS = "torchair_dist_streams"
+
+
+def stream_of_nodes(gm: torch.fx.GraphModule) -> Dict[torch.fx.Node, str]:
+    """The stream tag each node runs on ("" the graph's stream), from the stream_enter /
+    stream_exit scopes the stream rewrite left in the graph."""
+    stack, found = [""], {}
+    for node in gm.graph.nodes:
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload) and target.namespace == _STREAMS_NS:
+            name = target._schema.name.split("::")[1]
+            if name == "stream_enter":
+                stack.append(node.args[0])
+            elif name == "stream_exit" and len(stack) > 1:
+                stack.pop()
+        found[node] = stack[-1]
+    return found
+
+
+def _can_write_into(producer, cat: torch.fx.Node, out_val: torch.Tensor, dim: int,
+                    streams) -> bool:
     if not isinstance(producer, torch.fx.Node) or producer.op != "call_function":
         return False
+    if streams[producer] != streams[cat]:
+        return False  # the buffer would be written on one stream and read/freed on another
     if set(producer.users) != {cat} or cat.args[0].count(producer) != 1:
         return False
     val = _static_tensor(producer)
@@ -97,13 +120,13 @@ def _can_write_into(producer, cat: torch.fx.Node, out_val: torch.Tensor, dim: in
     return True
 
 
-def _rewritable(cat: torch.fx.Node) -> bool:
+def _rewritable(cat: torch.fx.Node, streams) -> bool:
     inputs = cat.args[0]
     val = _static_tensor(cat)
     if val is None or len(inputs) < 2 or not val.is_contiguous():
         return False
     dim = _cat_dim(cat, val.dim())
-    return all(_can_write_into(p, cat, val, dim) for p in inputs)
+    return all(_can_write_into(p, cat, val, dim, streams) for p in inputs)
 
 
 def _rewrite(gm: torch.fx.GraphModule, cat: torch.fx.Node, order) -> None:
@@ -145,8 +168,9 @@ def remove_cat_ops(gm: torch.fx.GraphModule, example_inputs, config):
     if not config.debug.aclgraph.remove_cat_ops.raw:
         return gm
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    cats = [n for n in gm.graph.nodes
-            if n.op == "call_function" and n.target is aten.cat.default and _rewritable(n)]
+    streams = stream_of_nodes(gm)
+    cats = [n for n in gm.graph.nodes if n.op == "call_function"
+            and n.target is aten.cat.default and _rewritable(n, streams)]
     if cats and _inductor_compiles(config, cats[0].meta["val"].device):
         log.debug("remove_cat_ops: skipped, inductor generates this graph's kernels (its cat "
                   "lowering writes the inputs in place itself)")
