@@ -14,7 +14,7 @@ import torch
 from .graph_context import GraphContext, current_rank_and_world
 from .collectives import consistency
 from .configs import CompilerConfig
-from .debug import data_dump_runner
+from .debug import data_dump_runner, dumps_original_graph
 from . import pipeline
 from .errors import BackendUnavailableError
 from .passes.graph_info import mutated_input_indices
@@ -124,6 +124,7 @@ class NpuFxCompiler:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs, is_inference: bool = True):
         cfg = self.config
         static = _static_indices(example_inputs)
+        original = copy.deepcopy(gm) if dumps_original_graph(cfg) else None
         gm = run_aot_passes(gm, example_inputs, cfg)
         rank, world = current_rank_and_world()
         ctx = GraphContext(gm=gm, example_inputs=list(example_inputs), config=cfg,
@@ -142,7 +143,7 @@ class NpuFxCompiler:
             write_summary(gm, ctx.graph_name, rank)
             summary_only = cfg.debug.fx_summary.skip_compile.raw
         if cfg.debug.data_dump.type.raw is not None:
-            runner = data_dump_runner(gm, cfg, ctx.graph_name, rank)
+            runner = data_dump_runner(gm, cfg, ctx.graph_name, rank, original)
         elif summary_only or cfg.debug.run_eagerly.raw:
             runner = _eager_runner(gm)
         else:

@@ -83,8 +83,27 @@ class DataDumper(torch.fx.Interpreter):
             self.saved.append(path)
 
 
-def data_dump_runner(gm: torch.fx.GraphModule, config, name: str, rank: int):
-    """A boxed runner that executes ``gm`` through :class:`DataDumper` on every call."""
+def dumps_original_graph(config) -> bool:
+    """``debug.data_dump`` is on with ``dump_config.data_dump_stage='original'``: the dump runs
+    the graph as AOT autograd produced it, before the pipeline's passes (the compiler keeps a
+    copy of it only then)."""
+    return (config.debug.data_dump.type.raw is not None
+            and config.dump_config.data_dump_stage.raw == "original")
+
+
+def data_dump_runner(gm: torch.fx.GraphModule, config, name: str, rank: int,
+                     original: Optional[torch.fx.GraphModule] = None):
+    """A boxed runner that executes a graph through :class:`DataDumper` on every call.
+
+    ``dump_config.data_dump_stage`` chooses the graph: ``optimized`` (default) ``gm``, the
+    graph after every pass; ``original`` the graph before the passes (``original``, which the
+    caller kept when :func:`dumps_original_graph` said so)."""
+    stage = config.dump_config.data_dump_stage.raw
+    if stage == "original":
+        if original is None:
+            raise ConfigError("data_dump_runner: dump_config.data_dump_stage='original' needs "
+                             "the graph from before the passes (original=)")
+        gm = original
     dd = config.debug.data_dump
     directory = os.path.join(dd.path.raw or os.path.join(os.getcwd(), "data_dump"),
                              f"rank_{rank}", name)
@@ -96,4 +115,6 @@ def data_dump_runner(gm: torch.fx.GraphModule, config, name: str, rank: int):
 
     run._boxed_call = True
     run.dump_directory = directory
+    run.dump_stage = stage
+    log.info("%s: data dump of the %s graph to %s", name, stage, directory)
     return run

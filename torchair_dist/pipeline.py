@@ -86,7 +86,8 @@ _CAPTURE_READS = ("debug.aclgraph.clone_input", "debug.aclgraph.enable_output_cl
                   "experimental_config.frozen_parameter")
 
 _EXPORT_READS = ("export.export_path_dir", "export.export_name", "export.weight_name",
-                 "export.experimental.auto_atc_config_generated")
+                 "export.experimental.auto_atc_config_generated", "export.inputs_name",
+                 "export.experimental.enable_record_nn_module_stack")
 
 STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("send_recv", "torchair_dist.collectives.p2p:preprocess_send_recv", "dynamo-pass",
@@ -105,6 +106,9 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("remove_copy_into_empty", "torchair_dist.passes.common:remove_copy_into_empty",
           "aot-pass", "copy(empty_like(x), fresh result) -> the result (a collective's output "
           "copied into a buffer nobody wrote)"),
+    Stage("pattern_fusion", "torchair_dist.passes.pattern_fusion:pattern_fusion", "aot-pass",
+          "residual add + RMSNorm (LlamaRMSNorm's AOT ops) -> torch_npu.npu_add_rms_norm",
+          gate="experimental_config.pattern_fusion_pass", platforms=NPU),
     Stage("view_to_reshape", "torchair_dist.passes.common:view_to_reshape", "aot-pass",
           "aten.view becomes aten.reshape"),
     Stage("collapse_view_chains", "torchair_dist.passes.common:collapse_view_chains", "aot-pass",
@@ -121,6 +125,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("reinplace_inputs", "torchair_dist.passes.reinplace_inputs:reinplace_input_mutations",
           "aot-pass", "copy_(input, op(input)) becomes op_(input): a KV cache is written in place",
           gate="debug.aclgraph.disable_reinplace_input_mutated_ops_pass", runs_when=_is_unset),
+    Stage("remove_cat_ops", "torchair_dist.passes.remove_cat:remove_cat_ops", "aot-pass",
+          "cat(mm(..), add(..)) -> each producer writes its slice of one buffer through its "
+          "out= overload (no concatenation copy); runs last among the rewriting passes",
+          gate="debug.aclgraph.remove_cat_ops"),
     Stage("deadlock_check", "torchair_dist.passes.deadlock_check:deadlock_check", "aot-pass",
           "warn about collectives that may run concurrently on different streams",
           gate="debug.deadlock_check"),
@@ -141,9 +149,11 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           gate="debug.fx_summary.type", runs_when=_is_set,
           reads=("debug.fx_summary.skip_compile",)),
     Stage("data_dump", "torchair_dist.debug:data_dump_runner", "backend",
-          "instead of the backend: run node by node and save every node's outputs",
+          "instead of the backend: run node by node and save every node's outputs; of the "
+          "graph before the passes with data_dump_stage='original'",
           gate="debug.data_dump.type", runs_when=_is_set,
-          reads=("debug.data_dump.filter", "debug.data_dump.path")),
+          reads=("debug.data_dump.filter", "debug.data_dump.path",
+                 "dump_config.data_dump_stage")),
     Stage("run_eagerly", "torchair_dist.compiler:_eager_runner", "backend",
           "instead of the backend: run the FX graph eagerly", gate="debug.run_eagerly"),
     Stage("ge_convert", "torchair_dist.backends.ge:compile_graph", "backend",
@@ -154,7 +164,8 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "write the GE graph as txt/pbtxt/py", gate="debug.graph_dump.type", runs_when=_is_set,
           reads=("debug.graph_dump.path",)),
     Stage("ge_export", "torchair_dist.backends.ge.export:export_model", "backend",
-          "write the GE graph (.air) and its weights instead of running",
+          "write the GE graph (.air) and its weights on the first call; inputs named by "
+          "inputs_name, ops annotated with their nn.Module stack on request",
           gate="export.export_mode", reads=_EXPORT_READS),
     Stage("ge_run", "torchair_dist.backends.ge.runtime:create_runtime", "backend",
           "run the GE graph: CANN on NPU, the reference executor elsewhere"),
@@ -194,10 +205,11 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
 
 _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
           "remove_copy_into_empty", "view_to_reshape", "collapse_view_chains", "custom_post_pass")
-_ACL = _ENTRY + ("overlap", "reinplace", "reinplace_inputs", "deadlock_check", "validate",
-                 "fx_summary", "data_dump", "run_eagerly", "acl_codegen", "acl_dump",
-                 "inductor_kernels", "value_ints", "capture", "device_capture",
-                 "consistency")
+_SPLIT = _ENTRY.index("view_to_reshape")  # ACL modes fuse patterns before view -> reshape
+_ACL = _ENTRY[:_SPLIT] + ("pattern_fusion",) + _ENTRY[_SPLIT:] + (
+    "overlap", "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "validate",
+    "fx_summary", "data_dump", "run_eagerly", "acl_codegen", "acl_dump", "inductor_kernels",
+    "value_ints", "capture", "device_capture", "consistency")
 _GE = _ENTRY + ("constant_folding", "dead_code_elimination", "deadlock_check", "topology_sort",
                 "validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump",
                 "ge_export", "ge_run", "cann_options", "cann_dump", "cann_aoe", "consistency")

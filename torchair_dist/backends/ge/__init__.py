@@ -78,7 +78,7 @@ def _compile(ctx: GraphContext, config: Any):
 def _exporting(runner, converted: ConvertedGraph, ctx: GraphContext):
     """Export mode: the first call writes this rank's export (weights need real values, which
     only the first call has), then every call runs the graph as usual."""
-    from .export import export_model
+    from .export import export_extras, export_model
 
     config = ctx.config
     done = []
@@ -93,7 +93,8 @@ def _exporting(runner, converted: ConvertedGraph, ctx: GraphContext):
                 export_name=config.get("export.export_name") or "export", rank=ctx.rank,
                 world_size=ctx.world_size, distributed=_distributed(),
                 static_input_indices=ctx.static_input_indices, weight_names=names,
-                auto_atc_config=config.get("export.experimental.auto_atc_config_generated"))
+                auto_atc_config=config.get("export.experimental.auto_atc_config_generated"),
+                **export_extras(config))
             log.info("rank %d: GE graph %s exported to %s", ctx.rank, ctx.graph_name, path)
             done.append(path)
         return runner(args)

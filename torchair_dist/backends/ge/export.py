@@ -8,7 +8,10 @@ For rank ``r`` the export writes, under ``export_path`` (``rank_{r}/`` when dist
   ``const_limit_bytes`` (TorchAir's limit, 1848 MiB, by default), otherwise as ``FileConstant``
   ops whose raw little-endian bytes go to one file per weight next to the ``.air`` (file name:
   the weight name with ``.`` replaced by ``_``; ``file_path`` holds that file name, relative to
-  the ``.air``). The remaining ``Data`` ops are renumbered 0, 1, ... in order.
+  the ``.air``). The remaining ``Data`` ops are renumbered 0, 1, ... in order (then RefData);
+  ``export.inputs_name`` renames them by that index; with
+  ``export.experimental.enable_record_nn_module_stack`` every op converted from a node inside an
+  ``nn.Module`` carries ``_nn_module_stack`` (:func:`record_module_stacks`).
 - ``dynamo.pbtxt``: the same graph as TF-style text (see :mod:`.dump`).
 - with ``auto_atc_config``: rank 0 writes ``model_relation_config.json`` and
   ``numa_config.json`` into ``export_path`` when the graph uses a communication group.
@@ -100,6 +103,70 @@ def bake_weights(model: ModelDef, weights: Mapping[int, torch.Tensor], names: Ma
     return files
 
 
+def _input_ops(model: ModelDef) -> Dict[int, Any]:
+    """The exported graph's inputs (Data, then RefData) by their index attribute."""
+    return {op.attr["index"].i: op for op in model.graph[0].op if op.type in ("Data", "RefData")}
+
+
+def name_inputs(model: ModelDef, inputs_name: Optional[Mapping[int, str]]) -> Dict[str, str]:
+    """``export.inputs_name`` ({exported input index: name}): rename those Data/RefData ops
+    (after weights became constants, so index i is the i-th input the exported model is fed)
+    and every reference to them. Raises :class:`ExportError` for an index that is not an
+    input, a name that is not a non-empty str, or a name used twice or by another op."""
+    if not inputs_name:
+        return {}
+    inputs = _input_ops(model)
+    if len(inputs_name) > len(inputs):
+        raise ExportError(f"export.inputs_name names {len(inputs_name)} inputs but the exported "
+                          f"graph has {len(inputs)} (indices 0..{len(inputs) - 1}; weights are "
+                          f"constants, not inputs)")
+    renames: Dict[str, str] = {}
+    for index, name in inputs_name.items():
+        if isinstance(index, bool) or not isinstance(index, int) or index not in inputs:
+            raise ExportError(f"export.inputs_name: key {index!r} is not an input index of the "
+                              f"exported graph (expected ints in 0..{len(inputs) - 1})")
+        if not isinstance(name, str) or not name or ":" in name:
+            raise ExportError(f"export.inputs_name[{index}] = {name!r}: expected a non-empty "
+                              f"str without ':'")
+        renames[inputs[index].name] = name
+    taken = {op.name for op in model.graph[0].op if op.name not in renames}
+    clashes = sorted({n for n in renames.values() if n in taken}
+                     | {n for n in renames.values() if list(renames.values()).count(n) > 1})
+    if clashes:
+        raise ExportError(f"export.inputs_name: the names {clashes} are used twice or by other "
+                          f"ops of the exported graph; choose unique names")
+    for op in model.graph[0].op:
+        if op.name in renames:
+            op.name = renames[op.name]
+        for i, source in enumerate(op.input):
+            name, sep, port = source.rpartition(":")
+            if sep and name in renames:
+                op.input[i] = f"{renames[name]}:{port}"
+    return renames
+
+
+def record_module_stacks(model: ModelDef, op_nodes: Mapping[str, str],
+                         module_stacks: Mapping[str, Sequence[Sequence[str]]]) -> int:
+    """``export.experimental.enable_record_nn_module_stack``: each op converted from an FX node
+    that ran inside an ``nn.Module`` gets ``_nn_module_stack``: JSON of [path, class] pairs,
+    outermost first (e.g. ``[["layers.0", "...LlamaDecoderLayer"], ["layers.0.mlp", ...]]``).
+    Returns how many ops got one."""
+    count = 0
+    for op in model.graph[0].op:
+        stack = module_stacks.get(op_nodes.get(op.name, ""))
+        if stack:
+            op.attr["_nn_module_stack"].s = json.dumps([list(p) for p in stack]).encode()
+            count += 1
+    return count
+
+
+def export_extras(config) -> Dict[str, Any]:
+    """The ``export.*`` options :func:`export_model` takes besides path, name and weights."""
+    return {"inputs_name": config.get("export.inputs_name"),
+            "record_nn_module_stack": bool(config.get(
+                "export.experimental.enable_record_nn_module_stack"))}
+
+
 def _groups_of(model: ModelDef) -> List[str]:
     found: List[str] = []
     for op in model.graph[0].op:
@@ -140,7 +207,9 @@ def export_model(converted: ConvertedGraph, inputs: Sequence[Any], *, export_pat
                  distributed: Optional[bool] = None, static_input_indices: Sequence[int] = (),
                  weight_names: Optional[Mapping[int, str]] = None,
                  const_limit_bytes: int = CONST_LIMIT_BYTES,
-                 auto_atc_config: bool = False) -> str:
+                 auto_atc_config: bool = False,
+                 inputs_name: Optional[Mapping[int, str]] = None,
+                 record_nn_module_stack: bool = False) -> str:
     """Write this rank's export (see the module docstring); return the ``.air`` path."""
     from .dump import to_pbtxt
 
@@ -154,12 +223,19 @@ def export_model(converted: ConvertedGraph, inputs: Sequence[Any], *, export_pat
     model.CopyFrom(converted.model)
     weights = {i: inputs[i] for i in static_input_indices if isinstance(inputs[i], torch.Tensor)}
     bake_weights(model, weights, dict(weight_names or {}), out_dir, const_limit_bytes)
+    op_nodes = dict(converted.op_nodes)
+    for old, new in name_inputs(model, inputs_name).items():
+        if old in op_nodes:
+            op_nodes[new] = op_nodes.pop(old)
+    if record_nn_module_stack:
+        record_module_stacks(model, op_nodes, converted.module_stacks)
     air = os.path.join(out_dir, air_file_name(export_name, rank, distributed))
     with open(air, "wb") as f:
         f.write(model.SerializeToString())
     with open(os.path.join(out_dir, "dynamo.pbtxt"), "w", encoding="utf-8") as f:
         f.write(to_pbtxt(ConvertedGraph(model, converted.inputs, converted.outputs,
-                                        converted.mutations, converted.fx_code)))
+                                        converted.mutations, converted.fx_code,
+                                        converted.fx_nodes, op_nodes, converted.module_stacks)))
     groups = _groups_of(model)
     if auto_atc_config and rank == 0 and groups:
         write_atc_configs(export_path, export_name, list(range(world_size)), groups)

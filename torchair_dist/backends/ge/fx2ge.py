@@ -34,6 +34,10 @@ class ConvertedGraph:
     mutations: List[Tuple[int, int]]
     fx_code: str
     fx_nodes: Dict[str, str] = dataclasses.field(default_factory=dict)  # name -> format_node()
+    # GE op name -> the FX node it was converted from; FX node name -> its nn.Module stack
+    # ([qualified path, module class], outermost first; only nodes that have one)
+    op_nodes: Dict[str, str] = dataclasses.field(default_factory=dict)
+    module_stacks: Dict[str, List[List[str]]] = dataclasses.field(default_factory=dict)
 
 
 def source_line(node: torch.fx.Node) -> str:
@@ -129,6 +133,7 @@ def _convert(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name
             raise UnsupportedOpError(f"placeholder %{node.name} has unsupported value {val!r}")
         cx.data_index[env[node].op] = i
     outputs: List[Tuple[str, Any]] = []
+    op_nodes: Dict[str, str] = {}
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             continue
@@ -136,10 +141,12 @@ def _convert(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name
             env[node] = _get_attr(cx, gm, node)
         elif node.op == "call_function":
             cx.node = node
+            first = len(b.graph.op)
             args = map_aggregate(node.args, lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
             kwargs = map_aggregate(node.kwargs,
                                    lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
             env[node] = lookup(node.target).fn(cx, *args, **kwargs)
+            op_nodes.update((op.name, node.name) for op in b.graph.op[first:])
             cx.node = None
         elif node.op == "output":
             outputs = _outputs(node.args[0], env)
@@ -158,7 +165,25 @@ def _convert(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name
         refs.append(value)
     b.net_output(refs, control=cx.keep_alive)
     fx_nodes = {n.name: n.format_node() for n in gm.graph.nodes}
-    return ConvertedGraph(b.model(graph_name), inputs, mapped, mutations, gm.code, fx_nodes)
+    return ConvertedGraph(b.model(graph_name), inputs, mapped, mutations, gm.code, fx_nodes,
+                          op_nodes, _module_stacks(gm))
+
+
+def _module_stacks(gm: torch.fx.GraphModule) -> Dict[str, List[List[str]]]:
+    """Each node's ``nn_module_stack`` (Dynamo's meta, kept by AOT) as [path, class] pairs,
+    the path without Dynamo's ``L['self']`` root."""
+    stacks: Dict[str, List[List[str]]] = {}
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if not stack:
+            continue
+        pairs = []
+        for path, cls in stack.values():
+            path = re.sub(r"^L\['[^']*'\]\.?", "", str(path))
+            pairs.append([path, f"{cls.__module__}.{cls.__qualname__}" if isinstance(cls, type)
+                          else str(cls)])
+        stacks[node.name] = pairs
+    return stacks
 
 
 def _is_opaque(val: Any) -> bool:
