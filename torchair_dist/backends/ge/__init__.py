@@ -1,6 +1,8 @@
 """The GE backend (``max-autotune``): FX (AOT aten) graph -> GE IR -> a GE runtime.
 
-``compile_graph(ctx)`` converts the graph with the converter registry (:mod:`.converters`),
+``BACKEND`` (a :class:`~torchair_dist.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
+names; its ``compile`` is ``compile_graph(ctx)``, and a cache entry is loaded by converting the
+rebuilt graph again. ``compile_graph(ctx)`` converts the graph with the converter registry (:mod:`.converters`),
 serializes the ``ModelDef``, optionally dumps/exports it, loads the bytes into a runtime
 (:mod:`.runtime`: CANN on an Ascend host, else the reference executor) and returns a boxed
 runner with the FX calling convention. Inputs the graph mutates (AOT's ``copy_`` into a
@@ -23,7 +25,7 @@ from typing import Any, List
 
 import torch
 
-from ..context import GraphContext, boxed
+from ..context import Backend, GraphContext, boxed
 from .fx2ge import ConvertedGraph, convert_graph
 
 log = logging.getLogger("torchair_dist")
@@ -149,4 +151,15 @@ def make_runner(converted: ConvertedGraph, runtime: Any):
     return boxed(runner)
 
 
-__all__ = ["compile_graph", "make_runner"]
+class GeBackend(Backend):
+    """``max-autotune``: FX -> GE IR -> a GE runtime (:func:`compile_graph`)."""
+
+    name = "ge"
+
+    def compile(self, ctx: GraphContext):
+        return compile_graph(ctx)
+
+
+BACKEND = GeBackend()
+
+__all__ = ["BACKEND", "GeBackend", "compile_graph", "make_runner"]
