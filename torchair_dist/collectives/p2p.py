@@ -28,7 +28,7 @@ from typing import Dict, Tuple
 import torch
 
 from ..errors import CollectiveCaptureError
-from ..util import op_name
+from ..util import current_rank_and_world, op_name
 from . import spec
 
 log = logging.getLogger("torchair_dist")
@@ -57,9 +57,7 @@ def _set_arg(node: torch.fx.Node, index: int, name: str, value) -> None:
 
 def assign_tags(gm: torch.fx.GraphModule) -> int:
     """Rewrite the tag of every send/recv to ``user_tag * TAG_STRIDE + n``; returns the count."""
-    from torch.distributed import get_rank, is_initialized
-
-    me = get_rank() if is_initialized() else 0
+    me, _ = current_rank_and_world()
     counters: Dict[Tuple, int] = collections.defaultdict(int)
     count = 0
     for node in gm.graph.nodes:

@@ -34,6 +34,7 @@ import torch
 import torch.fx
 
 from ..collectives import spec
+from ..util import namespace_and_name
 
 log = logging.getLogger("torchair_dist")
 
@@ -45,12 +46,7 @@ _WAIT_NAMES = spec.WAIT_NAMES
 COMPUTE, COMM, WAIT, BARRIER = "compute", "comm", "wait", "barrier"
 
 
-def _namespace_and_name(target):
-    if isinstance(target, torch._ops.OpOverload):
-        return target.namespace, target._schema.name.split("::")[-1]
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return target._qualified_op_name.split("::")[0], target.__name__
-    return None, None
+_namespace_and_name = namespace_and_name  # (deadlock_check imports it from here)
 
 
 def _mutates(target) -> bool:

@@ -25,6 +25,7 @@ from typing import Any, List
 
 import torch
 
+from ...util import input_device
 from ..context import Backend, GraphContext, boxed
 from .fx2ge import ConvertedGraph, convert_graph
 
@@ -68,7 +69,7 @@ def _compile(ctx: GraphContext, config: Any):
     model_bytes = converted.model.SerializeToString()
     from .runtime import create_runtime
 
-    runtime = create_runtime(device=_input_device(ctx.example_inputs), config=config,
+    runtime = create_runtime(device=input_device(ctx.example_inputs), config=config,
                              rank=ctx.rank, world_size=ctx.world_size)
     runtime.load(model_bytes)
     runner = make_runner(converted, runtime)
@@ -100,13 +101,6 @@ def _exporting(runner, converted: ConvertedGraph, ctx: GraphContext):
             done.append(path)
         return runner(args)
     return boxed(run)
-
-
-def _input_device(example_inputs) -> torch.device:
-    for x in example_inputs:
-        if isinstance(x, torch.Tensor) and x.device.type != "meta":
-            return x.device
-    return torch.device("cpu")
 
 
 def _distributed() -> bool:
