@@ -9,7 +9,8 @@ involved compare symmetrically), naming the first divergent collective and what 
 
 Fingerprint entry (:func:`collective_fingerprint`): op, group ranks, dtype, shape with symbols
 (only the dims that must agree across ranks: all_to_all sizes legitimately differ), reduce op,
-root; for p2p the peer and tag. Comparison (:func:`compare`): per group, the ordered
+root; for p2p the peer and tag. Which ops are recorded, and which argument holds what, is read
+from the collectives' spec table (:mod:`.spec`). Comparison (:func:`compare`): per group, the ordered
 non-p2p collectives must be equal on every member; per pair of ranks, the sends of one must
 equal, in order, the receives of the other (peer, tag, dtype, shape); unmatched ones are named.
 
