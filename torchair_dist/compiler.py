@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import importlib
 import itertools
 import logging
@@ -11,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .graph_context import GraphContext, current_rank_and_world
+from .graph_context import Backend, GraphContext, current_rank_and_world
 from .collectives import consistency
 from .configs import CompilerConfig
 from .debug import data_dump_runner, dumps_original_graph
@@ -69,30 +68,59 @@ def _observe_stage(name: str, gm: torch.fx.GraphModule) -> None:
             seen.append(copy.deepcopy(gm))
 
 
-def backend_for_mode(mode: str):
-    """The ``compile_graph`` function of the backend that serves ``mode``."""
+def backend_for_mode(mode: str) -> Backend:
+    """The :class:`~torchair_dist.graph_context.Backend` object that serves ``mode`` (its
+    ``pipeline.MODE_TABLE`` row names it)."""
     row = pipeline.mode_row(mode)
-    module = importlib.import_module(row.backend)
-    compile_graph = getattr(module, "compile_graph", None)
-    if compile_graph is None:
+    module_name, attr = row.backend.split(":")
+    backend = getattr(importlib.import_module(module_name), attr, None)
+    if not isinstance(backend, Backend):
         raise BackendUnavailableError(
-            f"mode {mode!r} needs {row.backend}.compile_graph, which this build lacks; "
+            f"mode {mode!r} needs {row.backend}, which this build lacks; "
             f"use mode='npugraph_ex'")
-    if mode not in INDUCTOR_KERNEL_MODES:
-        return compile_graph
-    return functools.partial(_with_inductor_kernels, compile_graph)
+    return backend
 
 
-# modes whose graphs inductor may generate kernels for (experimental_config.inductor_kernels)
-INDUCTOR_KERNEL_MODES = ("reduce-overhead", "npugraph_ex")
+def build_runner(ctx: GraphContext, entry: Optional[Dict] = None,
+                 original: Optional[torch.fx.GraphModule] = None):
+    """The runner of ``ctx``'s graph, wrapped in the cross-rank check (the one place both paths
+    get it): ``entry`` None: a fresh compile (the debug stages, then ``backend.compile``); else
+    the compile cache's entry the graph was rebuilt from (``backend.load``). ``original``: the
+    graph before the passes, kept only for ``dump_config.data_dump_stage="original"``."""
+    if entry is None:
+        runner = _compile_runner(ctx, original)
+    else:
+        runner = backend_for_mode(ctx.config.mode.raw).load(entry, ctx)
+    return consistency.guard_first_run(runner, ctx)
 
 
-def _with_inductor_kernels(compile_graph, ctx: GraphContext):
-    from .backends.aclgraph import inductor_kernels
+def _compile_runner(ctx: GraphContext, original: Optional[torch.fx.GraphModule] = None):
+    """The backend-level stages of a fresh compile: fx_summary, data_dump / run_eagerly, or
+    the mode's backend."""
+    cfg, gm, rank = ctx.config, ctx.gm, ctx.rank
+    summary_only = False
+    if cfg.debug.fx_summary.type.raw is not None:
+        from .fx_summary import write_summary
 
-    if inductor_kernels.enabled_for(ctx):
-        return inductor_kernels.compile_graph(ctx)
-    return compile_graph(ctx)
+        write_summary(gm, ctx.graph_name, rank)
+        summary_only = cfg.debug.fx_summary.skip_compile.raw
+    if cfg.debug.data_dump.type.raw is not None:
+        return data_dump_runner(gm, cfg, ctx.graph_name, rank, original)
+    if summary_only or cfg.debug.run_eagerly.raw:
+        return _eager_runner(gm)
+    return backend_for_mode(cfg.mode.raw).compile(ctx)
+
+
+def make_context(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig,
+                 static_input_indices: List[int], graph_name: str,
+                 is_inference: bool = True) -> GraphContext:
+    """The GraphContext of a graph about to be compiled, on this process's rank."""
+    rank, world = current_rank_and_world()
+    return GraphContext(gm=gm, example_inputs=list(example_inputs), config=config,
+                        static_input_indices=list(static_input_indices),
+                        mutated_input_indices=mutated_input_indices(gm),
+                        graph_name=graph_name, rank=rank, world_size=world,
+                        is_inference=is_inference)
 
 
 def run_aot_passes(gm: torch.fx.GraphModule, example_inputs, cfg: CompilerConfig):
@@ -126,29 +154,13 @@ class NpuFxCompiler:
         static = _static_indices(example_inputs)
         original = copy.deepcopy(gm) if dumps_original_graph(cfg) else None
         gm = run_aot_passes(gm, example_inputs, cfg)
-        rank, world = current_rank_and_world()
-        ctx = GraphContext(gm=gm, example_inputs=list(example_inputs), config=cfg,
-                           static_input_indices=static,
-                           mutated_input_indices=mutated_input_indices(gm),
-                           graph_name=f"graph_{next(_graph_ids)}", rank=rank, world_size=world,
-                           is_inference=is_inference)
+        ctx = make_context(gm, example_inputs, cfg, static, f"graph_{next(_graph_ids)}",
+                           is_inference)
         self.compiled.append(ctx)
         for after, seen in _observers:
             if after is None:
                 seen.append(ctx)
-        summary_only = False
-        if cfg.debug.fx_summary.type.raw is not None:
-            from .fx_summary import write_summary
-
-            write_summary(gm, ctx.graph_name, rank)
-            summary_only = cfg.debug.fx_summary.skip_compile.raw
-        if cfg.debug.data_dump.type.raw is not None:
-            runner = data_dump_runner(gm, cfg, ctx.graph_name, rank, original)
-        elif summary_only or cfg.debug.run_eagerly.raw:
-            runner = _eager_runner(gm)
-        else:
-            runner = backend_for_mode(cfg.mode.raw)(ctx)
-        return consistency.guard_first_run(runner, ctx)
+        return build_runner(ctx, original=original)
 
     def inference(self, gm, example_inputs):
         return self(gm, example_inputs, is_inference=True)

@@ -50,3 +50,26 @@ def boxed(fn: Callable[..., Any]) -> Runner:
     """Mark ``fn(args_list)`` as using AOT autograd's boxed calling convention."""
     fn._boxed_call = True  # type: ignore[attr-defined]
     return fn
+
+
+class Backend:
+    """A mode's graph compiler, one instance per backend (``pipeline.MODE_TABLE`` names it).
+
+    ``compile(ctx)``: the runner of a freshly traced and passed graph.
+    ``load(entry, ctx)``: the runner of a graph the compile cache rebuilt from ``entry`` (the
+    stored entry data; ``ctx.gm`` is the rebuilt, shape-propagated graph). By default a loaded
+    graph is compiled like a fresh one; a backend whose entries hold more than the graph
+    overrides it. Neither applies the cross-rank check: the compiler wraps both paths' runners
+    in one place (``compiler.build_runner``).
+    """
+
+    name = "backend"
+
+    def compile(self, ctx: GraphContext) -> Runner:
+        raise NotImplementedError(f"backend {self.name!r} does not compile graphs")
+
+    def load(self, entry: Any, ctx: GraphContext) -> Runner:
+        return self.compile(ctx)
+
+    def __repr__(self) -> str:
+        return f"<torchair_dist backend {self.name}>"

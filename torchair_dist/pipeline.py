@@ -218,20 +218,20 @@ _GE = _ENTRY + ("constant_folding", "dead_code_elimination", "deadlock_check", "
 @dataclasses.dataclass(frozen=True)
 class ModeRow:
     mode: str
-    backend: str          # module with compile_graph(ctx)
+    backend: str          # "module:attr" of its Backend object (compile(ctx), load(entry, ctx))
     stages: Tuple[str, ...]
     cache_format: str     # what a compile-cache entry holds for this mode
     doc: str
 
 
 MODE_TABLE: Dict[str, ModeRow] = {r.mode: r for r in (
-    ModeRow("max-autotune", "torchair_dist.backends.ge", _GE,
+    ModeRow("max-autotune", "torchair_dist.backends.ge:BACKEND", _GE,
             "fx-graph (GE IR rebuilt on load)",
             "GE IR graph (CANN on Ascend, the reference executor elsewhere)"),
-    ModeRow("npugraph_ex", "torchair_dist.backends.aclgraph", _ACL,
+    ModeRow("npugraph_ex", "torchair_dist.backends.aclgraph:BACKEND", _ACL,
             "fx-graph (captured again on load)",
             "ACL-graph capture and replay (NPU/CUDA graphs; a runner on CPU)"),
-    ModeRow("reduce-overhead", "torchair_dist.backends.aclgraph", _ACL,
+    ModeRow("reduce-overhead", "torchair_dist.backends.aclgraph:BACKEND", _ACL,
             "fx-graph (captured again on load)",
             "deprecated alias of npugraph_ex"),
 )}

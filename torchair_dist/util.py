@@ -1,7 +1,7 @@
 """Ground-floor helpers used across packages (imports nothing of torchair_dist).
 
 - :func:`source_line`: the user's source line of an FX node, for error messages;
-- :func:`op_name`: ``ns::name`` of an op target;
+- :func:`op_name`: ``ns::name`` of an op target; :func:`namespace_and_name`: the two parts;
 - :func:`current_rank_and_world`: rank and world size of the default process group;
 - :func:`input_device`: the device of a graph's tensor inputs;
 - :func:`on_dynamo_reset`: state that ``torch._dynamo.reset()`` clears.
@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -38,6 +38,15 @@ def op_name(target: Any) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return target._schema.name
     return ""
+
+
+def namespace_and_name(target: Any) -> Tuple[Optional[str], Optional[str]]:
+    """(namespace, op name) of an OpOverload or OpOverloadPacket target, else (None, None)."""
+    name = op_name(target)
+    if not name:
+        return None, None
+    namespace, _, short = name.partition("::")
+    return namespace, short
 
 
 def current_rank_and_world() -> Tuple[int, int]:

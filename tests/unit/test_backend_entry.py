@@ -160,15 +160,22 @@ def test_named_backend_entry_point():
 
 
 def test_dispatch_table_and_unknown_mode():
+    from torchair_dist.backends import aclgraph
+    from torchair_dist.graph_context import Backend
+
     assert MODE_BACKENDS["npugraph_ex"] == MODE_BACKENDS["reduce-overhead"]
-    assert callable(backend_for_mode("npugraph_ex"))
+    backend = backend_for_mode("npugraph_ex")
+    assert isinstance(backend, Backend) and backend is aclgraph.BACKEND
+    assert backend_for_mode("reduce-overhead") is backend
     with pytest.raises(ValueError, match="Unsupported npu backend mode: turbo"):
         backend_for_mode("turbo")
 
 
 def test_max_autotune_is_ge_and_a_missing_backend_is_a_clear_error(monkeypatch):
-    fn = backend_for_mode("max-autotune")
-    assert fn.__module__ == "torchair_dist.backends.ge" and fn.__name__ == "compile_graph"
+    from torchair_dist.backends import ge
+
+    backend = backend_for_mode("max-autotune")
+    assert backend is ge.BACKEND and backend.name == "ge"
     import types
 
     import torchair_dist.compiler as compiler_mod
@@ -176,7 +183,7 @@ def test_max_autotune_is_ge_and_a_missing_backend_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(compiler_mod.importlib, "import_module",
                         lambda name: types.SimpleNamespace())  # a build without the backend
     with pytest.raises(BackendUnavailableError, match="mode 'max-autotune' needs "
-                       "torchair_dist.backends.ge.compile_graph"):
+                       "torchair_dist.backends.ge:BACKEND"):
         backend_for_mode("max-autotune")
 
 

@@ -1,2 +1,3 @@
 """Re-exports the ground-floor ``GraphContext`` (torchair_dist.graph_context) for backends."""
-from ..graph_context import GraphContext, Runner, boxed, current_rank_and_world  # noqa: F401
+from ..graph_context import (  # noqa: F401
+    Backend, GraphContext, Runner, boxed, current_rank_and_world)

@@ -1,6 +1,7 @@
 """Warm path: a graph rebuilt from a verified entry, checked against the module and the call,
-shape-propagated and compiled by the mode's backend (Dynamo, AOT autograd, decompositions and
-the graph passes are skipped)."""
+shape-propagated and handed to the mode's backend (``Backend.load``, through
+``compiler.build_runner``, which adds the cross-rank check as for a fresh compile); Dynamo, AOT
+autograd, decompositions and the graph passes are skipped."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
@@ -10,17 +11,14 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from ..backends.context import GraphContext, current_rank_and_world
-from ..collectives import consistency
-from ..compiler import backend_for_mode
+from ..compiler import build_runner, make_context
 from ..errors import CacheRejectedError
-from ..passes.graph_info import mutated_input_indices
 from .graph_data import _dec, graph_from_data
 from .keys import _state_tensors
 
 
 class LoadedEntry:
-    """A graph rebuilt from a verified entry, compiled by the mode's backend; callable like the
+    """A graph rebuilt from a verified entry, loaded by the mode's backend; callable like the
     original function."""
 
     def __init__(self, data: Dict, module, config, args, kwargs):
@@ -35,14 +33,9 @@ class LoadedEntry:
         fake = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in flat]
         with torch.no_grad():
             FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake)
-        rank, world = current_rank_and_world()
-        ctx = GraphContext(gm=gm, example_inputs=fake, config=config,
-                           static_input_indices=data["static"],
-                           mutated_input_indices=mutated_input_indices(gm),
-                           graph_name=f"cached_{data['signature'][:8]}", rank=rank,
-                           world_size=world, is_inference=True)
-        runner = backend_for_mode(config.mode.raw)(ctx)
-        self.runner = consistency.guard_first_run(runner, ctx)
+        ctx = make_context(gm, fake, config, data["static"],
+                           f"cached_{data['signature'][:8]}", is_inference=True)
+        self.runner = build_runner(ctx, entry=data)  # the mode backend's load, then the check
         self.boxed = getattr(self.runner, "_boxed_call", False)
 
     def _state_getter(self, name: str, local: bool):

@@ -21,10 +21,9 @@ import torch
 import torch.distributed as dist
 
 from ..collectives import groups as cgroups
+from ..collectives.spec import group_arg_position  # noqa: F401 - graph_data reads it here
 from ..errors import CacheRejectedError, CollectiveCaptureError
 from .graph_data import NotCacheableError
-
-_GROUP_ARG = "group_name"
 
 
 class GroupRef:
@@ -37,18 +36,6 @@ class GroupRef:
 
     def data(self) -> Dict[str, Any]:
         return {"group": {"ranks": list(self.ranks), "tag": self.tag, "form": self.form}}
-
-
-def group_arg_position(target) -> Optional[int]:
-    """The position of ``target``'s ``group_name`` argument (None: it has none). Its schema
-    type is ``str`` (our ops) or ``Any`` (torch's ``_c10d_functional`` ops)."""
-    schema = getattr(target, "_schema", None)
-    if schema is None:
-        return None
-    for i, arg in enumerate(schema.arguments):
-        if arg.name == _GROUP_ARG and str(arg.type) in ("str", "Any"):
-            return i
-    return None
 
 
 def to_ref(name: Any, node_name: str) -> GroupRef:

@@ -9,7 +9,8 @@ involved compare symmetrically), naming the first divergent collective and what 
 
 Fingerprint entry (:func:`collective_fingerprint`): op, group ranks, dtype, shape with symbols
 (only the dims that must agree across ranks: all_to_all sizes legitimately differ), reduce op,
-root; for p2p the peer and tag. Comparison (:func:`compare`): per group, the ordered
+root; for p2p the peer and tag. Which ops are recorded, and which argument holds what, is read
+from the collectives' spec table (:mod:`.spec`). Comparison (:func:`compare`): per group, the ordered
 non-p2p collectives must be equal on every member; per pair of ranks, the sends of one must
 equal, in order, the receives of the other (peer, tag, dtype, shape); unmatched ones are named.
 
@@ -32,7 +33,6 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import os
 import re
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -42,14 +42,13 @@ import torch.distributed as dist
 
 from ..errors import CollectiveFaultError, CollectiveMismatchError, TorchairDistError
 from ..graph_context import GraphContext
-from . import failures, groups
+from ..util import op_name, source_line
+from . import failures, groups, spec
 from . import waits as _waits
-from .p2p import op_name
 
 log = logging.getLogger("torchair_dist")
 
 _PREFIX = "torchair_dist/consistency"
-_P2P_KINDS = ("send", "recv")
 
 
 # ----------------------------------------------------------------------------- fingerprint
@@ -85,41 +84,16 @@ def _dtype(node_arg) -> str:
     return str(val.dtype).replace("torch.", "") if isinstance(val, torch.Tensor) else "?"
 
 
-# schema name -> (kind, index of the tensor arg, index of group arg, extra fields(args))
-_SPECS = {
-    "_c10d_functional::all_reduce": ("all_reduce", 0, 2, lambda a: {"reduce": a[1]}),
-    "_c10d_functional::all_reduce_": ("all_reduce", 0, 2, lambda a: {"reduce": a[1]}),
-    "_c10d_functional::all_gather_into_tensor": ("all_gather", 0, 2, lambda a: {}),
-    "_c10d_functional::reduce_scatter_tensor": ("reduce_scatter", 0, 3,
-                                                lambda a: {"reduce": a[1]}),
-    "_c10d_functional::all_to_all_single": ("all_to_all", 0, 3, lambda a: {}),
-    "_c10d_functional::broadcast": ("broadcast", 0, 2, lambda a: {"root": a[1]}),
-    "_c10d_functional::broadcast_": ("broadcast", 0, 2, lambda a: {"root": a[1]}),
-    "torchair_dist::all_gather": ("all_gather_list", 1, 2, lambda a: {}),
-    "torchair_dist::all_to_all_v": ("all_to_all", 0, 5, lambda a: {}),
-    "torchair_dist::send": ("send", 0, 3, lambda a: {"peer": a[1], "tag": a[2]}),
-    "torchair_dist::recv": ("recv", 0, 3, lambda a: {"peer": a[1], "tag": a[2]}),
-    "torchair_dist::barrier": ("barrier", 0, 1, lambda a: {}),
-    "_c10d_functional::isend": ("send", 0, 3, lambda a: {"peer": a[1], "tag": a[2]}),
-    "_c10d_functional::irecv": ("recv", 0, 3, lambda a: {"peer": a[1], "tag": a[2]}),
-}
-_VARIABLE_DIM0 = {"all_to_all", "all_gather_list"}
-
-
-_LIBRARY_DIRS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                 os.path.dirname(os.path.abspath(torch.__file__)))
+# the ops the fingerprint records, their argument positions and fields: the spec table
+_SPECS = spec.fingerprinted()
+_P2P_KINDS = spec.p2p_kinds()
 
 
 def _where(node: torch.fx.Node) -> str:
-    """The user's source line of a collective (the innermost frame outside torch and us)."""
-    lines = (node.meta.get("stack_trace") or "").strip().splitlines()
-    frames = [(ln.strip(), lines[i + 1].strip() if i + 1 < len(lines) else "")
-              for i, ln in enumerate(lines) if ln.strip().startswith("File ")]
-    user = [f for f in frames if not any(d in f[0] for d in _LIBRARY_DIRS)]
-    if not (user or frames):
-        return node.name
-    where, code = (user or frames)[-1]
-    return f"{where}: {code}" if code else where
+    """The user's source line of a collective (the innermost frame outside torch and us); the
+    node's name when it has no stack trace."""
+    where = source_line(node)
+    return node.name if where == f"node {node.name}" else where
 
 
 _SYMBOL = re.compile(r"\b([su]\d+)\b")
@@ -152,22 +126,23 @@ def collective_fingerprint(gm: torch.fx.GraphModule) -> List[Dict[str, Any]]:
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
-        spec = _SPECS.get(op_name(node.target))
-        if spec is None:
+        row = _SPECS.get(op_name(node.target))
+        if row is None:
             continue
-        kind, t_index, g_index, extra = spec
+        kind = row.kind
         args = list(node.args)
-        tensor = args[t_index]
+        tensor = args[row.tensor_arg]
         numel = None
         if kind == "all_gather_list":  # the outputs' sizes must agree, the input's may not
             shape = [_shape(t) for t in args[0]]
             numel = [_numel(t) for t in args[0]]
         else:
-            shape = _shape(tensor, keep_dim0=kind not in _VARIABLE_DIM0)
-            if kind in _P2P_KINDS or kind == "broadcast":
+            shape = _shape(tensor, keep_dim0=not row.rank_varying_dim0)
+            if row.by_numel:
                 numel = _numel(tensor)
-        entry = {"op": kind, "group": list(groups.ranks_of(args[g_index])),
-                 "dtype": _dtype(tensor), "shape": shape, **extra(args), "where": _where(node)}
+        entry = {"op": kind, "group": list(groups.ranks_of(args[row.group_arg])),
+                 "dtype": _dtype(tensor), "shape": shape, **row.fingerprint_fields(args),
+                 "where": _where(node)}
         if numel is not None:  # matched by what the transport moves: dtype + element count
             entry["numel"] = numel
             entry["hint"] = ([_hint(t, numel=True) for t in args[0]] if kind == "all_gather_list"

@@ -5,8 +5,9 @@ broadcast, wait_tensor) is captured as torch's own ``_c10d_functional`` ops; the
 gaps. All are functional (inputs are never written; results are fresh tensors), so the receive
 buffer of a p2p op and the outputs of a list collective are real data dependencies in the graph.
 
-Schemas (``group_name`` is a stable group name from :mod:`.groups`, e.g. ``"tag=;ranks=0,1"``;
-a c10d name such as ``"0"`` is accepted too; ``dst``/``src`` are *global* ranks)::
+Schemas (defined from the rows of :mod:`.spec`; ``group_name`` is a stable group name from
+:mod:`.groups`, e.g. ``"tag=;ranks=0,1"``; a c10d name such as ``"0"`` is accepted too;
+``dst``/``src`` are *global* ranks)::
 
     torchair_dist::all_gather(Tensor[] output_like, Tensor input, str group_name) -> Tensor[]
         List all-gather. Result i has the shape/dtype of ``output_like[i]`` and holds the input of
@@ -54,19 +55,11 @@ from typing import List, Sequence
 import torch
 import torch.distributed as dist
 
-from . import groups
+from . import groups, spec
+from .spec import NAMESPACE
 
-NAMESPACE = "torchair_dist"
-
-SCHEMAS = {
-    "all_gather": "all_gather(Tensor[] output_like, Tensor input, str group_name) -> Tensor[]",
-    "all_to_all_v": ("all_to_all_v(Tensor input, SymInt[] send_counts, "
-                     "SymInt[] send_displacements, SymInt[] recv_counts, "
-                     "SymInt[] recv_displacements, str group_name) -> Tensor"),
-    "send": "send(Tensor input, int dst, int tag, str group_name) -> Tensor",
-    "recv": "recv(Tensor like, int src, int tag, str group_name) -> Tensor",
-    "barrier": "barrier(Tensor token, str group_name) -> Tensor",
-}
+# op name -> schema: the library's rows of the spec table
+SCHEMAS = {name: row.schema for name, row in spec.library_specs().items()}
 
 _lib = torch.library.Library(NAMESPACE, "FRAGMENT")  # FRAGMENT: safe if imported twice
 
@@ -202,13 +195,13 @@ def _recv_fake(like, src, tag, group_name):
     return like.new_empty(like.shape)
 
 
-# op name -> (eager kernel, fake kernel, side-effectful). The op table of this library.
+# op name -> (eager kernel, fake kernel). Whether an op is side-effectful is in the spec table.
 OPS = {
-    "all_gather": (_all_gather_eager, _all_gather_fake, False),
-    "all_to_all_v": (_all_to_all_v_eager, _all_to_all_v_fake, False),
-    "send": (_send_eager, _send_fake, True),
-    "recv": (_recv_eager, _recv_fake, True),
-    "barrier": (_barrier_eager, _barrier_fake, True),
+    "all_gather": (_all_gather_eager, _all_gather_fake),
+    "all_to_all_v": (_all_to_all_v_eager, _all_to_all_v_fake),
+    "send": (_send_eager, _send_fake),
+    "recv": (_recv_eager, _recv_fake),
+    "barrier": (_barrier_eager, _barrier_fake),
 }
 
 _registered = False
@@ -220,11 +213,12 @@ def register() -> None:
     if _registered:
         return
     _registered = True
-    for name, (eager, fake, side_effect) in OPS.items():
+    rows = spec.library_specs()
+    for name, (eager, fake) in OPS.items():
         qualname = f"{NAMESPACE}::{name}"
         _lib.impl(name, eager, "CompositeExplicitAutograd")
         torch.library.register_fake(qualname, fake, lib=_lib)
-        if side_effect:
+        if rows[name].side_effect:
             torch.fx.node.has_side_effect(getattr(torch.ops.torchair_dist, name).default)
 
 

@@ -28,23 +28,18 @@ from typing import Dict, Tuple
 import torch
 
 from ..errors import CollectiveCaptureError
+from ..util import current_rank_and_world, op_name
+from . import spec
 
 log = logging.getLogger("torchair_dist")
 
 TAG_STRIDE = 1 << 12  # sequence numbers per (channel, user tag); user tags must stay below 2**19
-_SEND = "torchair_dist::send"
-_RECV = "torchair_dist::recv"
-_OTHER_P2P = {"_c10d_functional::isend", "_c10d_functional::irecv",
-              "_c10d_functional::batch_p2p_ops"}
 
-
-def op_name(target) -> str:
-    """``ns::name`` of an OpOverload or OpOverloadPacket target, else ''."""
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return target._qualified_op_name
-    if isinstance(target, torch._ops.OpOverload):
-        return target._schema.name
-    return ""
+# From the spec table: every p2p op, and the ones whose tags we assign (this library's
+# send/recv, which the remap emits) by op name -> spec row.
+P2P_OPS = frozenset(op for op, row in spec.SPECS.items() if row.p2p)
+TAGGED = {op: row for op, row in spec.SPECS.items()
+          if row.p2p in ("send", "recv") and row.namespace == spec.NAMESPACE}
 
 
 def _arg(node: torch.fx.Node, index: int, name: str):
@@ -62,28 +57,27 @@ def _set_arg(node: torch.fx.Node, index: int, name: str, value) -> None:
 
 def assign_tags(gm: torch.fx.GraphModule) -> int:
     """Rewrite the tag of every send/recv to ``user_tag * TAG_STRIDE + n``; returns the count."""
-    from torch.distributed import get_rank, is_initialized
-
-    me = get_rank() if is_initialized() else 0
+    me, _ = current_rank_and_world()
     counters: Dict[Tuple, int] = collections.defaultdict(int)
     count = 0
     for node in gm.graph.nodes:
         name = op_name(node.target) if node.op == "call_function" else ""
-        if name not in (_SEND, _RECV):
+        row = TAGGED.get(name)
+        if row is None:
             continue
-        peer_key = "dst" if name == _SEND else "src"
-        peer = _arg(node, 1, peer_key)
-        tag = _arg(node, 2, "tag")
-        group = _arg(node, 3, "group_name")
+        sends = row.p2p == "send"
+        peer = _arg(node, row.peer_arg, "dst" if sends else "src")
+        tag = _arg(node, row.tag_arg, "tag")
+        group = _arg(node, row.group_arg, "group_name")
         if not isinstance(peer, int) or not isinstance(tag, int):
             raise CollectiveCaptureError(
                 f"{name} in {node.format_node()} has a non-constant peer or tag; p2p peers and "
                 f"tags must be Python ints at trace time")
         if not 0 <= tag < (1 << 19):
             raise CollectiveCaptureError(f"{name}: tag {tag} out of range [0, 2**19)")
-        channel = (me, peer) if name == _SEND else (peer, me)  # (sender, receiver)
+        channel = (me, peer) if sends else (peer, me)  # (sender, receiver)
         key = (channel, tag, group)
-        _set_arg(node, 2, "tag", tag * TAG_STRIDE + counters[key])
+        _set_arg(node, row.tag_arg, "tag", tag * TAG_STRIDE + counters[key])
         counters[key] += 1
         count += 1
     if count:
@@ -93,7 +87,7 @@ def assign_tags(gm: torch.fx.GraphModule) -> int:
 
 def count_p2p(gm: torch.fx.GraphModule) -> int:
     names = (op_name(n.target) for n in gm.graph.nodes if n.op == "call_function")
-    return sum(1 for n in names if n in (_SEND, _RECV) or n in _OTHER_P2P)
+    return sum(1 for n in names if n in P2P_OPS)
 
 
 def preprocess_send_recv(gm, config):

@@ -33,21 +33,20 @@ from typing import Dict, Iterable, List, Set
 import torch
 import torch.fx
 
+from ..collectives import spec
+from ..util import namespace_and_name
+
 log = logging.getLogger("torchair_dist")
 
-# Namespaces whose ops are communication (collectives and p2p). Order among them is fixed.
-COMM_NAMESPACES = {"_c10d_functional", "_c10d_functional_autograd", "c10d", "torchair_dist"}
-_WAIT_NAMES = {"wait_tensor", "wait"}
+# Namespaces whose ops are communication (collectives and p2p; order among them is fixed) and
+# the names of the ops that finish one: from the collectives' spec table.
+COMM_NAMESPACES = spec.COMM_NAMESPACES
+_WAIT_NAMES = spec.WAIT_NAMES
 
 COMPUTE, COMM, WAIT, BARRIER = "compute", "comm", "wait", "barrier"
 
 
-def _namespace_and_name(target):
-    if isinstance(target, torch._ops.OpOverload):
-        return target.namespace, target._schema.name.split("::")[-1]
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        return target._qualified_op_name.split("::")[0], target.__name__
-    return None, None
+_namespace_and_name = namespace_and_name  # (deadlock_check imports it from here)
 
 
 def _mutates(target) -> bool:

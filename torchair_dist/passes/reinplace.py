@@ -21,13 +21,15 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from ..collectives import spec
+
 aten = torch.ops.aten
 _c10d = torch.ops._c10d_functional
 
-# functional collective -> its in-place twin (same arguments, input written in place)
-INPLACE_TWINS = {
-    _c10d.all_reduce.default: _c10d.all_reduce_.default,
-}
+# functional collective -> its in-place twin (same arguments, input written in place): the
+# spec rows this pass rewrites
+INPLACE_TWINS = {row.overload(): spec.SPECS[row.inplace_twin].overload()
+                 for row in spec.SPECS.values() if row.reinplace}
 
 
 def _fresh_buffer(node) -> bool:

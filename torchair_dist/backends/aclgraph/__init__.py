@@ -1,6 +1,9 @@
 """ACL-graph backend (modes ``npugraph_ex`` and ``reduce-overhead``).
 
-``compile_graph(ctx)`` generates a runner from the FX graph. With a device graph class
+``BACKEND`` (a :class:`~torchair_dist.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
+names for both modes: with ``experimental_config.inductor_kernels`` (and a device that allows
+it) inductor generates the forward (:mod:`.inductor_kernels`), else ``compile_graph(ctx)``
+generates a runner from the FX graph. With a device graph class
 (``torch.npu.NPUGraph`` / ``torch.cuda.CUDAGraph``) it captures per graph key and replays. On
 CPU a stand-in graph takes the device graph's place, chosen by ``TORCHAIR_DIST_CPU_CAPTURE``:
 
@@ -22,7 +25,7 @@ import torch
 from ... import platform as _platform
 from ...debug import dump_fx_graph
 from ...errors import ConfigError
-from ..context import GraphContext
+from ..context import Backend, GraphContext
 from .capture import DeviceGraph, EmulatedGraph
 from .codegen import generate_forward
 from .record import RecordGraph, RecordPool
@@ -30,7 +33,7 @@ from .report import capture_report, reset_capture_report
 from .runner import AclGraphRunner
 from .sym_values import ValueIntRunner, split_value_ints
 
-__all__ = ["compile_graph", "graph_factory_for", "cpu_capture_mode", "capture_report",
+__all__ = ["BACKEND", "AclGraphBackend", "compile_graph", "graph_factory_for", "cpu_capture_mode", "capture_report",
            "reset_capture_report"]
 
 log = logging.getLogger("torchair_dist")
@@ -124,14 +127,19 @@ def capture_runner(ctx: GraphContext, factory, make_forward):
     inner = AclGraphRunner(fn, device_ctx, graph_factory_for(device_ctx))
     inner.source = source
     return ValueIntRunner(split, inner)
-    log.debug("%s: integer inputs %s are fed as values (one capture for every value)",
-              ctx.graph_name, split.value_positions)
-    values = split.gm.graph.find_nodes(op="placeholder")[-split.n_values:] if split.n_values \
-        else []
-    device_ctx = dataclasses.replace(ctx, gm=split.gm, example_inputs=list(ctx.example_inputs)
-                                     + [p.meta["val"] for p in values])
-    device_forward = generate_forward(split.gm, ctx.graph_name)
-    inner = AclGraphRunner(device_forward.fn, device_ctx, graph_factory_for(device_ctx))
-    inner.source = device_forward.source
-    runner = ValueIntRunner(split, inner)
-    return runner
+
+
+class AclGraphBackend(Backend):
+    """``npugraph_ex`` / ``reduce-overhead``: a generated runner, captured per graph key."""
+
+    name = "aclgraph"
+
+    def compile(self, ctx: GraphContext):
+        from . import inductor_kernels
+
+        if inductor_kernels.enabled_for(ctx):
+            return inductor_kernels.compile_graph(ctx)
+        return compile_graph(ctx)
+
+
+BACKEND = AclGraphBackend()

@@ -1,6 +1,8 @@
 """The GE backend (``max-autotune``): FX (AOT aten) graph -> GE IR -> a GE runtime.
 
-``compile_graph(ctx)`` converts the graph with the converter registry (:mod:`.converters`),
+``BACKEND`` (a :class:`~torchair_dist.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
+names; its ``compile`` is ``compile_graph(ctx)``, and a cache entry is loaded by converting the
+rebuilt graph again. ``compile_graph(ctx)`` converts the graph with the converter registry (:mod:`.converters`),
 serializes the ``ModelDef``, optionally dumps/exports it, loads the bytes into a runtime
 (:mod:`.runtime`: CANN on an Ascend host, else the reference executor) and returns a boxed
 runner with the FX calling convention. Inputs the graph mutates (AOT's ``copy_`` into a
@@ -23,7 +25,8 @@ from typing import Any, List
 
 import torch
 
-from ..context import GraphContext, boxed
+from ...util import input_device
+from ..context import Backend, GraphContext, boxed
 from .fx2ge import ConvertedGraph, convert_graph
 
 log = logging.getLogger("torchair_dist")
@@ -66,7 +69,7 @@ def _compile(ctx: GraphContext, config: Any):
     model_bytes = converted.model.SerializeToString()
     from .runtime import create_runtime
 
-    runtime = create_runtime(device=_input_device(ctx.example_inputs), config=config,
+    runtime = create_runtime(device=input_device(ctx.example_inputs), config=config,
                              rank=ctx.rank, world_size=ctx.world_size)
     runtime.load(model_bytes)
     runner = make_runner(converted, runtime)
@@ -99,13 +102,6 @@ def _exporting(runner, converted: ConvertedGraph, ctx: GraphContext):
             done.append(path)
         return runner(args)
     return boxed(run)
-
-
-def _input_device(example_inputs) -> torch.device:
-    for x in example_inputs:
-        if isinstance(x, torch.Tensor) and x.device.type != "meta":
-            return x.device
-    return torch.device("cpu")
 
 
 def _distributed() -> bool:
@@ -150,4 +146,15 @@ def make_runner(converted: ConvertedGraph, runtime: Any):
     return boxed(runner)
 
 
-__all__ = ["compile_graph", "make_runner"]
+class GeBackend(Backend):
+    """``max-autotune``: FX -> GE IR -> a GE runtime (:func:`compile_graph`)."""
+
+    name = "ge"
+
+    def compile(self, ctx: GraphContext):
+        return compile_graph(ctx)
+
+
+BACKEND = GeBackend()
+
+__all__ = ["BACKEND", "GeBackend", "compile_graph", "make_runner"]

@@ -1,4 +1,5 @@
-"""Converters: ``_c10d_functional`` collectives -> Hcom* GE ops.
+"""Converters: ``_c10d_functional`` collectives -> Hcom* GE ops (which Hcom op each becomes is
+in the collectives' spec table; :func:`register_collective` reads it).
 
 The ``group`` attribute is :func:`~torchair_dist.collectives.groups.ge_group_attr`: the HCCL
 communicator name on Ascend, else the stable group name (``tag=<tag>;ranks=<r0>,<r1>,...``),
@@ -11,11 +12,20 @@ from typing import Any, List, Sequence
 
 import torch
 
+from ....collectives import spec
 from ....collectives.groups import ge_group_attr, stable_name_of
 from ....errors import UnsupportedOpError
 from .registry import register
 
 c10d = torch.ops._c10d_functional
+
+
+def register_collective(op: str, *helpers: str):
+    """Register the converter of the collective ``op`` (``ns::name``, a row of the spec table,
+    :mod:`torchair_dist.collectives.spec`): for its default overload, declaring the row's GE
+    ops plus the ``helpers`` ops the converter also emits."""
+    row = spec.SPECS[op]
+    return register([row.overload()], row.ge_ops + helpers)
 
 # reduce op names of _c10d_functional -> GE's ``reduction`` attribute
 _REDUCTIONS = {"sum": "sum", "product": "prod", "prod": "prod", "min": "min", "max": "max"}
@@ -37,7 +47,7 @@ def _avg(cx, y, group_size: int):
                     (dtype, y.shape))
 
 
-@register([c10d.all_reduce.default], ["HcomAllReduce", "RealDiv", "Const"])
+@register_collective("_c10d_functional::all_reduce", "RealDiv", "Const")
 def _all_reduce(cx, x, reduce_op: str, group_name: Any):
     group = stable_name_of(group_name)
     avg = str(reduce_op).lower() == "avg"
@@ -47,7 +57,7 @@ def _all_reduce(cx, x, reduce_op: str, group_name: Any):
     return _avg(cx, y, len(group.split("ranks=")[1].split(","))) if avg else y
 
 
-@register([c10d.all_reduce_coalesced.default], ["HcomAllReduce", "RealDiv", "Const"])
+@register_collective("_c10d_functional::all_reduce_coalesced", "RealDiv", "Const")
 def _all_reduce_coalesced(cx, xs: Sequence[Any], reduce_op: str, group_name: Any):
     return [_coalesced_one(cx, x, reduce_op, group_name, cx.out(i)) for i, x in enumerate(xs)]
 
@@ -62,13 +72,13 @@ def _coalesced_one(cx, x, reduce_op, group_name, desc):
     return _avg(cx, y, len(group.split("ranks=")[1].split(","))) if avg else y
 
 
-@register([c10d.all_gather_into_tensor.default], ["HcomAllGather"])
+@register_collective("_c10d_functional::all_gather_into_tensor")
 def _all_gather(cx, x, group_size: int, group_name: Any):
     return cx.emit1("HcomAllGather", [("x", x)], {
         "rank_size": int(group_size), "group": ge_group_attr(group_name), "fusion": 0})
 
 
-@register([c10d.reduce_scatter_tensor.default], ["HcomReduceScatter", "RealDiv", "Const"])
+@register_collective("_c10d_functional::reduce_scatter_tensor", "RealDiv", "Const")
 def _reduce_scatter(cx, x, reduce_op: str, group_size: int, group_name: Any):
     avg = str(reduce_op).lower() == "avg"
     y = cx.emit1("HcomReduceScatter", [("x", x)], {
@@ -77,7 +87,7 @@ def _reduce_scatter(cx, x, reduce_op: str, group_size: int, group_name: Any):
     return _avg(cx, y, int(group_size)) if avg else y
 
 
-@register([c10d.broadcast.default], ["HcomBroadcast"])
+@register_collective("_c10d_functional::broadcast")
 def _broadcast(cx, x, src: int, group_name: Any):
     """``src`` is the root's rank within the group (what c10d's functional broadcast uses)."""
     return cx.emit("HcomBroadcast", [("x", [x])], {
@@ -109,9 +119,8 @@ def _row_elements(cx, x) -> Any:
                     {"keep_dims": False}, (torch.int64, ()))
 
 
-@register([c10d.all_to_all_single.default],
-          ["HcomAllToAll", "HcomAllToAllV", "Reshape", "Const", "Pack", "Mul", "Cumsum", "Cast",
-           "Shape", "GatherV2", "ReduceProd"])
+@register_collective("_c10d_functional::all_to_all_single", "Reshape", "Const", "Pack", "Mul",
+                     "Cumsum", "Cast", "Shape", "GatherV2", "ReduceProd")
 def _all_to_all_single(cx, x, output_split_sizes: List[Any], input_split_sizes: List[Any],
                        group_name: Any):
     group = stable_name_of(group_name)

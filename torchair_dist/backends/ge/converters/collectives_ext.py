@@ -19,9 +19,7 @@ import torch
 from ....collectives import ops as dist_ops  # noqa: F401  (defines torch.ops.torchair_dist)
 from ....collectives.groups import ge_group_attr, parse_group_name, stable_name_of
 from ....errors import UnsupportedOpError
-from .registry import register
-
-td = torch.ops.torchair_dist
+from .collectives import register_collective
 
 
 def _group(group_name):
@@ -30,8 +28,8 @@ def _group(group_name):
     return ge_group_attr(name), parse_group_name(name)[1]
 
 
-@register([td.all_gather.default], ["HcomAllGather", "SplitV", "Reshape", "HcomBroadcast", "Const",
-                                    "Shape", "GatherV2", "Pack", "Cast"])
+@register_collective("torchair_dist::all_gather", "SplitV", "Reshape", "Const", "Shape", "GatherV2",
+                     "Pack", "Cast")
 def _all_gather_list(cx, output_like, x, group_name):
     group, ranks = _group(group_name)
     me = ranks.index(cx.rank) if cx.rank in ranks else 0
@@ -57,8 +55,8 @@ def _all_gather_list(cx, output_like, x, group_name):
     return results
 
 
-@register([td.all_to_all_v.default],
-          ["HcomAllToAllV", "Reshape", "Const", "Pack", "Cast", "Shape", "GatherV2"])
+@register_collective("torchair_dist::all_to_all_v", "Reshape", "Const", "Pack", "Cast", "Shape",
+                     "GatherV2")
 def _all_to_all_v(cx, x, send_counts, send_displacements, recv_counts, recv_displacements,
                   group_name):
     group, _ = _group(group_name)
@@ -74,7 +72,7 @@ def _all_to_all_v(cx, x, send_counts, send_displacements, recv_counts, recv_disp
     return cx.reshape(flat, [-1] + cx.dims(x)[1:], out_shape)
 
 
-@register([td.send.default], ["HcomSend", "Const"])
+@register_collective("torchair_dist::send", "Const")
 def _send(cx, x, dst, tag, group_name):
     group, ranks = _group(group_name)
     if any(d < 0 for d in x.shape) and cx.node is not None:
@@ -87,7 +85,7 @@ def _send(cx, x, dst, tag, group_name):
     return cx.const(torch.empty((0,), dtype=x.dtype))
 
 
-@register([td.barrier.default], ["HcomAllReduce", "Const"])
+@register_collective("torchair_dist::barrier", "Const")
 def _barrier(cx, token, group_name):
     """A barrier is an all-reduce of the one-element token that nothing reads (kept alive)."""
     group, _ = _group(group_name)
@@ -111,7 +109,7 @@ def _specialised_shape(cx, node=None):
     return [int(d) for d in val.shape]
 
 
-@register([td.recv.default], ["HcomReceive"])
+@register_collective("torchair_dist::recv")
 def _recv(cx, like, src, tag, group_name):
     group, ranks = _group(group_name)
     dtype, shape = cx.out()
