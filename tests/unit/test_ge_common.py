@@ -5,6 +5,7 @@ against the operator registry and the converters' declared GE ops, serializes it
 bytes into the reference executor and runs it. ``aot_compile`` compiles with the real backend
 (``get_npu_backend``, max-autotune) and records the graphs the GE backend received.
 """
+import contextlib
 import os
 import sys
 
@@ -118,3 +119,22 @@ def aot_compile(model, config=None, graphs=None, dynamic=False, static=()):
         return out
 
     return run
+
+
+@contextlib.contextmanager
+def recording_conversions():
+    """The ``ConvertedGraph`` of every graph the real GE backend converts inside the block."""
+    import torchair_dist.backends.ge as ge_backend
+
+    seen, original = [], ge_backend.convert_graph
+
+    def record(*args, **kwargs):
+        converted = original(*args, **kwargs)
+        seen.append(converted)
+        return converted
+
+    ge_backend.convert_graph = record
+    try:
+        yield seen
+    finally:
+        ge_backend.convert_graph = original

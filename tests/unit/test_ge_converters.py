@@ -187,26 +187,15 @@ def test_copy_writes_back_the_mutated_input():
     buf, x = torch.zeros(3), torch.randn(3)
     ref_buf = buf.clone()
     expected = fn(ref_buf, x)
-    from torch._functorch.aot_autograd import aot_function
-    from test_ge_common import convert
-    from torchair_dist.backends.ge import make_runner
-    from torchair_dist.backends.ge.runtime import ReferenceRuntime
+    from test_ge_common import aot_compile, recording_conversions
 
-    captured = {}
-
-    def fw(gm, ex):
-        captured["gm"] = gm
-        conv = convert(gm, ex)
-        rt = ReferenceRuntime()
-        rt.load(conv.model.SerializeToString())
-        captured["conv"] = conv
-        return make_runner(conv, rt)
-
-    compiled = aot_function(fn, fw, keep_inference_input_mutations=True)
-    with torch.no_grad():
+    torch._dynamo.reset()
+    compiled = aot_compile(fn)
+    with torch.no_grad(), recording_conversions() as converted:
         out = compiled(buf, x)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(buf, ref_buf)
+    captured = {"conv": converted[0]}
     assert captured["conv"].mutations, "the input mutation was not routed to a graph output"
 
 
