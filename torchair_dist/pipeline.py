@@ -120,7 +120,8 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "issue collectives early, wait late (never reorders two collectives)",
           gate="distributed_config.overlap_collectives"),
     Stage("reinplace", "torchair_dist.passes.reinplace:reinplace_collectives", "aot-pass",
-          "a dead-input functional all_reduce becomes in-place (no clone, no copy-back)",
+          "a dead-input functional all_reduce becomes in-place (no clone, no copy-back); "
+          "index_add/scatter/index_put on a fresh buffer nothing else reads becomes in-place",
           gate="debug.aclgraph.disable_reinplace_inplaceable_ops_pass", runs_when=_is_unset),
     Stage("reinplace_inputs", "torchair_dist.passes.reinplace_inputs:reinplace_input_mutations",
           "aot-pass", "copy_(input, op(input)) becomes op_(input): a KV cache is written in place",

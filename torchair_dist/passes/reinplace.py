@@ -11,6 +11,10 @@ pass rewrites the collective to ``all_reduce_(h)`` (reduce in place) and routes 
 ``h2`` to ``w``, as inductor does. Switched off by
 ``debug.aclgraph.disable_reinplace_inplaceable_ops_pass``.
 
+The same stage re-inplaces functional scatter-style aten ops whose ``self`` is a fresh buffer
+read by nothing else (``index_add(new_zeros(...), ...)`` -> ``index_add_``, as an MoE dispatch
+writes its buffer): no copy of the buffer inside the op.
+
 Requires: node order is the execution order (run after scheduling passes). Guarantees: values
 unchanged; a buffer is reduced in place only if it is an op's fresh result (not a graph input,
 not a view, not a graph output) and every other reader runs before the collective; the order
@@ -30,6 +34,19 @@ _c10d = torch.ops._c10d_functional
 # spec rows this pass rewrites
 INPLACE_TWINS = {row.overload(): spec.SPECS[row.inplace_twin].overload()
                  for row in spec.SPECS.values() if row.reinplace}
+
+
+# functional aten op -> its in-place overload (same arguments, ``self`` written and returned)
+SCATTER_TWINS = {
+    aten.index_add.default: aten.index_add_.default,
+    aten.index_copy.default: aten.index_copy_.default,
+    aten.index_put.default: aten.index_put_.default,
+    aten.scatter.src: aten.scatter_.src,
+    aten.scatter.value: aten.scatter_.value,
+    aten.scatter_add.default: aten.scatter_add_.default,
+    aten.masked_fill.Scalar: aten.masked_fill_.Scalar,
+    aten.index_fill.int_Scalar: aten.index_fill_.int_Scalar,
+}
 
 
 def _fresh_buffer(node) -> bool:
@@ -73,7 +90,28 @@ def reinplace_collectives(gm: torch.fx.GraphModule, example_inputs, config):
             copy.replace_all_uses_with(wait)
             gm.graph.erase_node(copy)
         changed = True
+    changed = _reinplace_scatters(gm) or changed
     if changed:
         gm.graph.lint()
         gm.recompile()
     return gm
+
+
+def _reinplace_scatters(gm: torch.fx.GraphModule) -> bool:
+    """``op(buf, ...)`` -> ``op_(buf, ...)`` where ``buf`` is a fresh buffer whose only reader is
+    ``op`` (so nothing can see it change) and ``op_`` returns it with the same value."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        twin = SCATTER_TWINS.get(node.target) if node.op == "call_function" else None
+        if twin is None or not node.args:
+            continue
+        buffer = node.args[0]
+        if not _fresh_buffer(buffer) or len(buffer.users) != 1:
+            continue
+        val, out = buffer.meta.get("val"), node.meta.get("val")
+        if not (isinstance(val, torch.Tensor) and isinstance(out, torch.Tensor)
+                and val.dtype == out.dtype and val.shape == out.shape):
+            continue  # type promotion or broadcasting: the result is not the buffer
+        node.target = twin
+        changed = True
+    return changed
