@@ -109,12 +109,19 @@ class _Codegen:
         if out_op is not None:
             into.discard(id(out))
             target = self.const(out)
-            self.lines.append(f"    {self.const(out_op)}({', '.join(parts + ['out=' + target])})")
+            self.lines.append(f"    {self.const(_direct(out_op))}"
+                              f"({', '.join(parts + ['out=' + target])})")
             self.names[id(out)] = target
             return
         name = f"v{next(counter)}"
-        self.lines.append(f"    {name} = {self.const(func)}({', '.join(parts)})")
+        self.lines.append(f"    {name} = {self.const(_direct(func))}({', '.join(parts)})")
         self.bind(out, name)
+
+
+def _direct(func):
+    """What a replay calls for ``func``: an op overload's dispatcher entry itself (what
+    ``OpOverload.__call__`` forwards to, without that Python frame)."""
+    return getattr(func, "_op", func) if isinstance(func, torch._ops.OpOverload) else func
 
 
 def _out_overload(func, out) -> Optional[torch._ops.OpOverload]:

@@ -30,7 +30,7 @@ class _Capture:
     """One captured graph: its static inputs, the graph, and the pointers it was made on."""
 
     __slots__ = ("graph", "static_inputs", "copy_indices", "pinned_ptrs", "outputs",
-                 "output_alias", "reads_caller_inputs")
+                 "output_alias", "reads_caller_inputs", "replay_count_key")
 
     def __init__(self, graph, static_inputs, copy_indices, pinned_ptrs, outputs, output_alias):
         self.graph = graph
@@ -41,6 +41,7 @@ class _Capture:
         self.output_alias = output_alias      # per output: True if it aliases an input
         # the CPU record stand-in reads copied inputs where the caller holds them (no copy)
         self.reads_caller_inputs = bool(getattr(graph, "reads_caller_inputs", False))
+        self.replay_count_key: tuple = ()  # the capture report's counter of its replays
 
 
 class AclGraphRunner:
@@ -83,8 +84,12 @@ class AclGraphRunner:
         shapes = []
         for i in self.key_shape_indices:
             a = args[i]
-            shapes.append(tuple(a.shape) if isinstance(a, torch.Tensor) else
-                          (a if isinstance(a, (int, float, bool)) else None))
+            if isinstance(a, torch.Tensor):
+                shapes.append(a.shape)  # a torch.Size: a hashable tuple
+            else:
+                shapes.append(a if isinstance(a, (int, float, bool)) else None)
+        if not self.key_ptr_indices:
+            return tuple(shapes), ()
         ptrs = tuple(args[i].data_ptr() if isinstance(args[i], torch.Tensor) else None
                      for i in self.key_ptr_indices)
         return tuple(shapes), ptrs
@@ -92,7 +97,8 @@ class AclGraphRunner:
     def report_key(self, key) -> str:
         name = self._shape_keys.get(key[0])
         if name is None:
-            name = self._shape_keys[key[0]] = str(list(key[0]))
+            name = self._shape_keys[key[0]] = str(
+                [tuple(s) if isinstance(s, torch.Size) else s for s in key[0]])
         return name
 
     # -- call -----------------------------------------------------------------------------
@@ -103,40 +109,52 @@ class AclGraphRunner:
             return self._uncaptured(args)
         key = self.capture_key(args)
         cap = self.captures.get(key)
-        reason = self._recapture_reason(cap, args)
-        if cap is None or reason:
-            if cap is None and len(self.captures) >= self.capture_limit:
-                report.capture_limit(self.name, self.report_key(key), self.capture_limit)
-                return self._give_up(args)
-            recapture = cap is not None or key[0] in {k[0] for k in self.captures}
-            if cap is None:
-                reason = ("moved parameter" if recapture else
-                          "new shape" if self.captures else "first capture")
-            try:
-                cap, outputs = self._capture(args)
-            except CaptureSkipped as skip:
-                self.uncapturable = skip.found
-                return self._uncaptured(args)
-            self.captures[key] = cap
-            report.captured(self.name, self.report_key(key), reason, recapture)
+        if cap is None or self.force_recapture or (cap.pinned_ptrs and
+                                                   self._recapture_reason(cap, args)):
+            return self._capture_call(args, key, cap)
+        # replay: the hot path, kept short (one call's overhead is measured in benchmarks)
+        if cap.reads_caller_inputs and self.clone_input:
+            # private buffers (clone_input): reading the caller's tensors is the same
+            feed = cap.static_inputs.copy()
+            for i in cap.copy_indices:
+                feed[i] = args[i]
+            cap.graph.replay(feed)
         else:
-            if cap.reads_caller_inputs and self.clone_input:
-                # private buffers (clone_input): reading the caller's tensors is the same
-                feed = cap.static_inputs.copy()
-                for i in cap.copy_indices:
-                    feed[i] = args[i]
-                cap.graph.replay(feed)
-            else:
-                self._copy_inputs(cap, args)
-                cap.graph.replay()
-            report.replayed(self.name, self.report_key(key))
-            outputs = cap.outputs
-        if self.clone_output or self._pool_shared_by_several():
+            self._copy_inputs(cap, args)
+            cap.graph.replay()
+        counts = report.counts()
+        counts[cap.replay_count_key] = counts.get(cap.replay_count_key, 0) + 1
+        log.debug("%s: replay of key %s", self.name, cap.replay_count_key[1])
+        return self._returned(cap, cap.outputs)
+
+    def _capture_call(self, args: List[Any], key, cap: Optional[_Capture]):
+        reason = self._recapture_reason(cap, args)
+        if cap is None and len(self.captures) >= self.capture_limit:
+            report.capture_limit(self.name, self.report_key(key), self.capture_limit)
+            return self._give_up(args)
+        recapture = cap is not None or key[0] in {k[0] for k in self.captures}
+        if cap is None:
+            reason = ("moved parameter" if recapture else
+                      "new shape" if self.captures else "first capture")
+        try:
+            cap, outputs = self._capture(args)
+        except CaptureSkipped as skip:
+            self.uncapturable = skip.found
+            return self._uncaptured(args)
+        self.captures[key] = cap
+        cap.replay_count_key = report.replay_key(self.name, self.report_key(key))
+        report.captured(self.name, self.report_key(key), reason, recapture)
+        return self._returned(cap, outputs)
+
+    def _returned(self, cap: _Capture, outputs):
+        if self.clone_output or (self.shared_pool and len(self.captures) > 1
+                                 and self._pool_shared_by_several()):
             return [o.clone() if isinstance(o, torch.Tensor) and not alias else o
                     for o, alias in zip(outputs, cap.output_alias)]
         return list(outputs)
 
     def _recapture_reason(self, cap: Optional[_Capture], args) -> str:
+        """Why the capture of this key is made again ("" for none)."""
         if cap is None:
             return ""
         if self.force_recapture:
