@@ -225,6 +225,9 @@ def one_line(exc: BaseException, limit: int = 110) -> str:
     ops = re.findall(r"^\s+(\S+) \(FX node", text, re.M)
     if ops:
         return "no GE converter: " + ", ".join(dict.fromkeys(ops))
+    guard = re.search(r"data-dependent expression.*?Caused by: (.+?)\s+# (\S+?:\d+)", text, re.S)
+    if guard:  # Dynamo cannot branch on a value known only at run time: name that line
+        return f"data-dependent branch `{guard.group(1).strip()}` ({guard.group(2)})"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     inner = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception|Failure)\b", ln)]
     line = inner[-1] if inner else lines[0]

@@ -87,3 +87,12 @@ def test_one_line_names_where_an_empty_error_was_raised():
     assert "test_tiny_config.py:" in text
     assert hf_decode.one_line(RuntimeError("shape is wrong\nmore")) == (
         "RuntimeError: shape is wrong")
+
+
+def test_one_line_names_a_data_dependent_branch():
+    # the message Dynamo gives when transformers' code branches on a tensor's value
+    text = ("Could not guard on data-dependent expression Eq(u0, 1) (unhinted: Eq(u0, 1)).\n\n"
+            "Caused by: if n_blocks > 0:  # transformers/models/x/modeling_x.py:752 in forward "
+            "(_dynamo/variables/tensor.py:2606 in evaluate_expr)\nFor more information")
+    assert hf_decode.one_line(RuntimeError(text)) == (
+        "data-dependent branch `if n_blocks > 0:` (transformers/models/x/modeling_x.py:752)")
