@@ -52,6 +52,9 @@ TINY_OVERRIDES: Dict[str, Dict[str, object]] = {
     # its attention layers are indexed (QSA), whose fields the default leaves unset
     "qwen4_exp_text": dict(indexer_n_heads=4, indexer_kv_heads=1, indexer_head_dim=16,
                            indexer_budget=8, indexer_compress_ratio=4),
+    # rotary_dim counts head dimensions (64 of 256 by default): a quarter of the tiny head
+    "gptj": dict(rotary_dim=4),
+    "codegen": dict(rotary_dim=4),
     # layer types are read-only properties here, derived from these fields
     "bamba": dict(attn_layer_indices=[1]),
     "jamba": dict(attn_layer_period=2, attn_layer_offset=1),
