@@ -291,14 +291,17 @@ def coverage_case(rank, world, path, modes, new_tokens=4, atol=1e-4):
     (failures there: ``{"excluded": reason}``), then per mode the compiled forward and
     decode vs eager: ``{"modes": {mode: "ok" | one-line error}}``."""
     torch.set_num_threads(1)
+    stage = "load"
     try:
         model = load_tp(path)
         ids = prompt_ids(2, 6, model.config.vocab_size)
+        stage = "eager forward"
         with torch.no_grad():
             model(input_ids=ids, use_cache=False)
+        stage = "eager StaticCache decode"
         eager_tokens, _, eager_logits = static_cache_loop(model, ids, new_tokens)
     except Exception as exc:  # transformers' own TP or eager fails here: excluded
-        return {"excluded": "transformers TP/eager: " + one_line(exc)}
+        return {"excluded": f"transformers TP/eager ({stage}): " + one_line(exc)}
     try:
         decode_frames = _reference_decode_frames(model, ids, new_tokens)
     except Exception as exc:  # no backend can capture transformers' code in one graph
