@@ -66,6 +66,8 @@ def kind(model_type: str) -> str:
         cfg = tiny_config(model_type)
     except Exception:
         return "?"
+    if getattr(cfg, "is_moe", None) is False:  # e.g. Doge: expert sizes set, experts off
+        return "dense"
     return "MoE" if any(getattr(cfg, f, None) for f in MOE_FIELDS) else "dense"
 
 

@@ -21,41 +21,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-# Every size a tiny decoder needs; a key is only set where the config class has that field.
-TINY: Dict[str, object] = dict(
-    vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
-    pad_token_id=0, bos_token_id=1, eos_token_id=2,
-    # MoE
-    num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2,
-    moe_intermediate_size=32, shared_expert_intermediate_size=64, n_shared_experts=1,
-    first_k_dense_replace=1, n_group=1, topk_group=1, norm_topk_prob=True,
-    ffn_hidden_size=128, expert_ffn_hidden_size=32, intermediate_size_mlp=128, num_layers=2,
-    zero_expert_num=2, moe_topk=2,
-    # multi-head latent attention (DeepSeek family)
-    q_lora_rank=32, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16,
-)
-
-
-def tiny_config(model_type: str, **overrides):
-    """The config of ``model_type`` with the TINY sizes (only fields the class has)."""
-    from transformers import AutoConfig
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    default = CONFIG_MAPPING[model_type]()
-    sizes = _tiny_sizes(default.to_dict(), overrides)
-    # composite configs (e.g. llama4: text_config + vision_config): the sub-configs shrink too
-    for name, sub in vars(default).items():
-        if name.endswith("_config") and hasattr(sub, "to_dict") and name not in overrides:
-            sizes[name] = _tiny_sizes(sub.to_dict(), overrides)
-    return AutoConfig.for_model(model_type, **sizes)
-
-
-def _tiny_sizes(fields: Dict[str, object], overrides: Dict[str, object]) -> Dict[str, object]:
-    sizes = {k: v for k, v in {**TINY, **overrides}.items() if k in fields}
-    if "kv_lora_rank" in fields and "num_key_value_heads" not in overrides:
-        sizes["num_key_value_heads"] = sizes.get("num_attention_heads")  # MLA: one per head
-    return sizes
+from tiny_config import TINY, tiny_config  # noqa: F401  (re-exported: the demo, the tests)
 
 
 def save_tiny(model_type: str, path: str, seed: int = 0, **overrides) -> str:
@@ -249,17 +215,41 @@ def median_us(times: List[float]) -> float:
 # ------------------------------------------------------------------- coverage (per rank)
 def one_line(exc: BaseException, limit: int = 110) -> str:
     """An exception in one line: the ops without a GE converter when that is the cause, else
-    the innermost error's type and first message line."""
+    the innermost error's type and first message line (with no message: where it was raised,
+    and the innermost transformers line that led there)."""
     import re
 
+    if not str(exc).strip():
+        return f"{type(exc).__name__} (no message) {_raised_where(exc)}"[:max(limit, 180)]
     text = f"{type(exc).__name__}: {exc}"
     ops = re.findall(r"^\s+(\S+) \(FX node", text, re.M)
     if ops:
         return "no GE converter: " + ", ".join(dict.fromkeys(ops))
+    guard = re.search(r"data-dependent expression.*?Caused by: (.+?)\s+# (\S+?:\d+)", text, re.S)
+    if guard:  # Dynamo cannot branch on a value known only at run time: name that line
+        return f"data-dependent branch `{guard.group(1).strip()}` ({guard.group(2)})"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     inner = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception|Failure)\b", ln)]
     line = inner[-1] if inner else lines[0]
     return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def _raised_where(exc: BaseException) -> str:
+    """'in <function> (<file>:<line>), from <transformers file>:<line>' for ``exc``."""
+    import os
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+
+    def short(frame):
+        parts = frame.filename.replace(os.sep, "/").split("/site-packages/")
+        return f"{parts[-1]}:{frame.lineno}"
+
+    where = f"in {frames[-1].name} ({short(frames[-1])})"
+    ours = [f for f in frames if "/transformers/models/" in f.filename.replace(os.sep, "/")]
+    return where + (f", from {short(ours[-1])}" if ours else "")
 
 
 def _forward_check(model, ids, backend, atol):
@@ -301,14 +291,17 @@ def coverage_case(rank, world, path, modes, new_tokens=4, atol=1e-4):
     (failures there: ``{"excluded": reason}``), then per mode the compiled forward and
     decode vs eager: ``{"modes": {mode: "ok" | one-line error}}``."""
     torch.set_num_threads(1)
+    stage = "load"
     try:
         model = load_tp(path)
         ids = prompt_ids(2, 6, model.config.vocab_size)
+        stage = "eager forward"
         with torch.no_grad():
             model(input_ids=ids, use_cache=False)
+        stage = "eager StaticCache decode"
         eager_tokens, _, eager_logits = static_cache_loop(model, ids, new_tokens)
     except Exception as exc:  # transformers' own TP or eager fails here: excluded
-        return {"excluded": "transformers TP/eager: " + one_line(exc)}
+        return {"excluded": f"transformers TP/eager ({stage}): " + one_line(exc)}
     try:
         decode_frames = _reference_decode_frames(model, ids, new_tokens)
     except Exception as exc:  # no backend can capture transformers' code in one graph
