@@ -85,3 +85,27 @@ def test_inductor_kernels_through_the_compile_cache(tmp_path):
     assert (again(x) - want).abs().max().item() <= ATOL
     assert again.last_source == "cache" and not again.rejections
     assert metrics.generated_kernel_count > 0  # the loaded graph was compiled by inductor
+
+
+def test_inductor_kernels_run_on_every_replay_of_the_cpu_stand_in(monkeypatch):
+    """The CPU record stand-in re-issues dispatched ops; inductor's fused C++ kernel is not one,
+    so a recorded replay would run the FX graph's aten ops instead of inductor's kernel. With
+    inductor kernels the runner replays the compiled forward: no pointwise aten op is dispatched
+    on a replay, and each replay equals eager on new data."""
+    monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "record")
+    torch._dynamo.reset()
+
+    def fn(x):
+        return torch.relu(x * 2 + 1).sin()
+
+    compiled = torch.compile(fn, backend=torchair_dist.get_npu_backend(compiler_config=_config()),
+                             fullgraph=True)
+    compiled(torch.randn(64))  # capture
+    for _ in range(2):
+        x = torch.randn(64)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            got = compiled(x)
+        torch.testing.assert_close(got, fn(x), atol=ATOL, rtol=0)
+        names = {e.name for e in prof.events()}
+        assert not names & {"aten::mul", "aten::add", "aten::relu", "aten::sin"}, sorted(names)
+    assert torchair_dist.capture_report(), "the graph was captured and replayed"

@@ -71,8 +71,12 @@ def cpu_capture_mode() -> str:
     return value
 
 
-def graph_factory_for(ctx: GraphContext):
-    """A zero-argument factory of capture graphs, or None to run without capture."""
+def graph_factory_for(ctx: GraphContext, opaque_forward: bool = False):
+    """A zero-argument factory of capture graphs, or None to run without capture.
+
+    ``opaque_forward``: the forward runs kernels the dispatcher never sees (inductor's), which
+    the CPU record stand-in cannot record (it would replay the FX graph's aten ops instead): on
+    CPU such a graph gets the emulating stand-in (fixed buffers, the forward runs per replay)."""
     plat = _platform.for_device(graph_device_type(ctx))
     cfg = ctx.config
     custom = cfg.aclgraph_config.use_custom_pool.raw
@@ -82,6 +86,10 @@ def graph_factory_for(ctx: GraphContext):
         mode = cfg.npugraphex_config.capture_error_mode.raw
         return _Factory(lambda: DeviceGraph(plat, pool if share else None, mode), share)
     stand_in = cpu_capture_mode()
+    if stand_in == "record" and opaque_forward:
+        log.debug("%s: its forward calls compiled kernels; the emulating CPU stand-in replays "
+                  "it (the record stand-in only re-issues dispatched ops)", ctx.graph_name)
+        stand_in = "emulate"
     if stand_in == "record":
         pool = RecordPool() if share else None
         return _Factory(lambda: RecordGraph(ctx.gm, pool), share)
@@ -107,11 +115,14 @@ def compile_graph(ctx: GraphContext):
     return capture_runner(ctx, factory, make_forward)
 
 
-def capture_runner(ctx: GraphContext, factory, make_forward):
+def capture_runner(ctx: GraphContext, factory, make_forward, opaque_forward: bool = False):
     """The capturing runner of ``ctx``: ``make_forward(ctx) -> (fn, source)`` compiles the
-    graph's forward. Integer inputs that only reach tensor ops as values are split out first
+    graph's forward (``opaque_forward``: see :func:`graph_factory_for`). Integer inputs that only reach tensor ops as values are split out first
     (:mod:`.sym_values`), so one capture serves every value of them."""
-    split = split_value_ints(ctx.gm)
+    # Not for a compiled (inductor) forward: inductor's code for the rewritten graph gives wrong
+    # values (the 0-d value inputs are misread; seen on CPU), so such a graph keeps its ints in
+    # the capture key (one capture per value) until that is understood.
+    split = None if opaque_forward else split_value_ints(ctx.gm)
     if split is None:
         fn, source = make_forward(ctx)
         runner = AclGraphRunner(fn, ctx, factory)
@@ -124,7 +135,7 @@ def capture_runner(ctx: GraphContext, factory, make_forward):
     device_ctx = dataclasses.replace(ctx, gm=split.gm, example_inputs=list(ctx.example_inputs)
                                      + [p.meta["val"] for p in values])
     fn, source = make_forward(device_ctx)
-    inner = AclGraphRunner(fn, device_ctx, graph_factory_for(device_ctx))
+    inner = AclGraphRunner(fn, device_ctx, graph_factory_for(device_ctx, opaque_forward))
     inner.source = source
     return ValueIntRunner(split, inner)
 

@@ -99,7 +99,8 @@ def compile_graph(ctx: GraphContext):
     """The ACL modes' ``compile_graph`` with inductor kernels: capture stays the ACL runner's."""
     from . import capture_runner, graph_factory_for
 
-    factory = graph_factory_for(ctx)
+    factory = graph_factory_for(ctx, opaque_forward=True)
     if factory is None:
         return compile_forward(ctx)
-    return capture_runner(ctx, factory, lambda c: (compile_forward(c), None))
+    return capture_runner(ctx, factory, lambda c: (compile_forward(c), None),
+                          opaque_forward=True)
