@@ -96,7 +96,10 @@ def _all_to_all_v(spec: OpSpec):
     def run(x, send_counts, send_displs, recv_counts, recv_displs):
         sc, sd, rc, rd = ints(send_counts), ints(send_displs), ints(recv_counts), ints(recv_displs)
         flat = x.reshape(-1)
-        send = torch.cat([flat[d:d + c] for c, d in zip(sc, sd)])
+        if all(d == sum(sc[:i]) for i, d in enumerate(sd)):
+            send = flat[:sum(sc)]  # pieces back to back (every decomposition): no gather copy
+        else:
+            send = torch.cat([flat[d:d + c] for c, d in zip(sc, sd)])
         recv = flat.new_empty(sum(rc))
         dist.all_to_all_single(recv, send, output_split_sizes=rc, input_split_sizes=sc, group=pg)
         if all(d == sum(rc[:i]) for i, d in enumerate(rd)):
