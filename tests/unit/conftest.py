@@ -20,3 +20,10 @@ def one_rank_group(tmp_path_factory):
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     yield
     dist.destroy_process_group()
+
+
+@pytest.fixture
+def record_capture(monkeypatch):
+    """The CPU record stand-in for the ACL modes, whatever the environment says; use with
+    ``pytestmark = pytest.mark.usefixtures("record_capture")``."""
+    monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "record")

@@ -11,12 +11,7 @@ from torchair_dist.backends.aclgraph import record as record_mod
 from torchair_dist.backends.aclgraph import runner as runner_mod
 
 
-@pytest.fixture(autouse=True)
-def record_capture(monkeypatch):
-    monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "record")
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("record_capture")
 
 
 @pytest.fixture

@@ -14,12 +14,7 @@ from torchair_dist import CompilerConfig, get_npu_backend
 from torchair_dist.backends.aclgraph.sym_values import split_value_ints
 
 
-@pytest.fixture(autouse=True)
-def record_capture(monkeypatch):
-    monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "record")
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("record_capture")
 
 
 def compile_fn(fn, mode, inductor_kernels=False):
