@@ -53,12 +53,7 @@ def test_value_int_is_captured_once_and_equals_eager_every_step(mode, inductor_k
         assert got[1:] == expected[1:], (got[1:], expected[1:])
         assert all(type(v) is int for v in got[1:])
     captures, replays = _counts()
-    if inductor_kernels:
-        # inductor's code for the rewritten graph misreads the 0-d value inputs, so with inductor
-        # kernels the ints stay in the capture key: one capture per value, values still exact
-        assert captures == 9 and replays == 0, (captures, replays)
-    else:
-        assert captures == 1 and replays == 8, (captures, replays)
+    assert captures == 1 and replays == 8, (captures, replays)
 
 
 def test_int_that_decides_a_shape_still_captures_per_value():
@@ -71,6 +66,19 @@ def test_int_that_decides_a_shape_still_captures_per_value():
         torch.testing.assert_close(compiled(x, n), fn(x, n))
     captures, replays = _counts()
     assert captures == 3 and replays == 1, (captures, replays)
+
+
+def test_each_value_input_has_its_own_fake_tensor():
+    """Two value inputs (``pos - 7`` and ``pos``) must not share one fake tensor: a compiler that
+    retraces the graph (inductor) takes inputs with the same fake as one aliased input and reads
+    both values from one of them (wrong values; it happened)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(position_step, tracing_mode="symbolic")(torch.randn(2, 8), 5)
+    split = split_value_ints(gm)
+    values = split.gm.graph.find_nodes(op="placeholder")[-split.n_values:]
+    assert split.n_values == 2
+    assert len({id(p.meta["val"]) for p in values}) == split.n_values
 
 
 def test_split_rewrites_only_value_uses():

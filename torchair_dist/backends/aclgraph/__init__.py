@@ -117,12 +117,10 @@ def compile_graph(ctx: GraphContext):
 
 def capture_runner(ctx: GraphContext, factory, make_forward, opaque_forward: bool = False):
     """The capturing runner of ``ctx``: ``make_forward(ctx) -> (fn, source)`` compiles the
-    graph's forward (``opaque_forward``: see :func:`graph_factory_for`). Integer inputs that only reach tensor ops as values are split out first
-    (:mod:`.sym_values`), so one capture serves every value of them."""
-    # Not for a compiled (inductor) forward: inductor's code for the rewritten graph gives wrong
-    # values (the 0-d value inputs are misread; seen on CPU), so such a graph keeps its ints in
-    # the capture key (one capture per value) until that is understood.
-    split = None if opaque_forward else split_value_ints(ctx.gm)
+    graph's forward (``opaque_forward``: see :func:`graph_factory_for`). Integer inputs that
+    only reach tensor ops as values are split out first (:mod:`.sym_values`), so one capture
+    serves every value of them."""
+    split = split_value_ints(ctx.gm)
     if split is None:
         fn, source = make_forward(ctx)
         runner = AclGraphRunner(fn, ctx, factory)

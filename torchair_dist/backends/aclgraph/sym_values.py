@@ -198,12 +198,13 @@ def split_value_ints(gm: torch.fx.GraphModule) -> Optional[SymSplit]:
     host_fn = _host_module(gm, host, wanted)
     device = _device_of(gm)
     last_ph = [n for n in gm.graph.nodes if n.op == "placeholder"][-1]
-    fake = _fake_scalar(gm, device)
     new_phs = []
     with gm.graph.inserting_after(last_ph):
         for k in reversed(range(len(boundary))):
             ph = gm.graph.placeholder(f"int_value_{k}")
-            ph.meta["val"] = fake
+            # one fake tensor per input: a shared one reads as the same (aliased) input, and a
+            # compiler that retraces (inductor) then feeds every value from one of them
+            ph.meta["val"] = _fake_scalar(gm, device)
             new_phs.insert(0, ph)
     for ph, (sym, uses) in zip(new_phs, boundary.items()):
         for user, target, name in uses:
