@@ -26,6 +26,7 @@ import torch
 import torch.fx
 
 from ..collectives import spec
+from .reinplace_inputs import SCATTER_OPS, inplace_twin, same_meta
 
 aten = torch.ops.aten
 _c10d = torch.ops._c10d_functional
@@ -34,19 +35,6 @@ _c10d = torch.ops._c10d_functional
 # spec rows this pass rewrites
 INPLACE_TWINS = {row.overload(): spec.SPECS[row.inplace_twin].overload()
                  for row in spec.SPECS.values() if row.reinplace}
-
-
-# functional aten op -> its in-place overload (same arguments, ``self`` written and returned)
-SCATTER_TWINS = {
-    aten.index_add.default: aten.index_add_.default,
-    aten.index_copy.default: aten.index_copy_.default,
-    aten.index_put.default: aten.index_put_.default,
-    aten.scatter.src: aten.scatter_.src,
-    aten.scatter.value: aten.scatter_.value,
-    aten.scatter_add.default: aten.scatter_add_.default,
-    aten.masked_fill.Scalar: aten.masked_fill_.Scalar,
-    aten.index_fill.int_Scalar: aten.index_fill_.int_Scalar,
-}
 
 
 def _fresh_buffer(node) -> bool:
@@ -102,16 +90,12 @@ def _reinplace_scatters(gm: torch.fx.GraphModule) -> bool:
     ``op`` (so nothing can see it change) and ``op_`` returns it with the same value."""
     changed = False
     for node in list(gm.graph.nodes):
-        twin = SCATTER_TWINS.get(node.target) if node.op == "call_function" else None
+        twin = inplace_twin(node.target, SCATTER_OPS) if node.op == "call_function" else None
         if twin is None or not node.args:
             continue
         buffer = node.args[0]
-        if not _fresh_buffer(buffer) or len(buffer.users) != 1:
-            continue
-        val, out = buffer.meta.get("val"), node.meta.get("val")
-        if not (isinstance(val, torch.Tensor) and isinstance(out, torch.Tensor)
-                and val.dtype == out.dtype and val.shape == out.shape):
-            continue  # type promotion or broadcasting: the result is not the buffer
+        if not _fresh_buffer(buffer) or len(buffer.users) != 1 or not same_meta(buffer, node):
+            continue  # read elsewhere, or promoted/broadcast: the result is not the buffer
         node.target = twin
         changed = True
     return changed

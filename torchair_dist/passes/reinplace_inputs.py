@@ -29,22 +29,25 @@ import torch.fx
 log = logging.getLogger("torchair_dist")
 aten = torch.ops.aten
 
-# Functional ops whose in-place twin (name + "_", same overload) writes its first argument.
-REINPLACEABLE = frozenset({"index_copy", "index_put", "scatter", "scatter_add", "index_add",
-                           "masked_fill", "index_fill", "add", "sub", "mul", "div", "copy"})
+# Functional ops whose in-place twin (name + "_", same overload) writes its first argument:
+# the scatter-style writes (also re-inplaced on fresh buffers by ``reinplace.py``) and the rest.
+SCATTER_OPS = frozenset({"index_copy", "index_put", "scatter", "scatter_add", "index_add",
+                         "masked_fill", "index_fill"})
+REINPLACEABLE = SCATTER_OPS | {"add", "sub", "mul", "div", "copy"}
 
 
-def _inplace_twin(target) -> Optional[torch._ops.OpOverload]:
+def inplace_twin(target, names=REINPLACEABLE) -> Optional[torch._ops.OpOverload]:
+    """The in-place overload of the functional aten op ``target`` if its name is in ``names``."""
     if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
         return None
     name = target._schema.name.split("::")[1]
-    if name not in REINPLACEABLE:
+    if name not in names:
         return None
     packet = getattr(aten, name + "_", None)
     return getattr(packet, target._overloadname, None) if packet is not None else None
 
 
-def _same_meta(a: torch.fx.Node, b: torch.fx.Node) -> bool:
+def same_meta(a: torch.fx.Node, b: torch.fx.Node) -> bool:
     va, vb = a.meta.get("val"), b.meta.get("val")
     return (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor)
             and va.shape == vb.shape and va.dtype == vb.dtype and va.stride() == vb.stride())
@@ -55,8 +58,8 @@ def _rewrite(gm, copy_node: torch.fx.Node, order) -> bool:
     if not (isinstance(src, torch.fx.Node) and src.op == "call_function" and src.args
             and src.args[0] is inp):
         return False
-    twin = _inplace_twin(src.target)
-    if twin is None or not _same_meta(inp, src):
+    twin = inplace_twin(src.target)
+    if twin is None or not same_meta(inp, src):
         return False
     for user in inp.users:
         if user is src or user is copy_node:
