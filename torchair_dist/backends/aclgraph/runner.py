@@ -32,15 +32,19 @@ class _Capture:
     __slots__ = ("graph", "static_inputs", "copy_indices", "pinned_ptrs", "outputs",
                  "output_alias", "reads_caller_inputs", "replay_count_key")
 
-    def __init__(self, graph, static_inputs, copy_indices, pinned_ptrs, outputs, output_alias):
+    def __init__(self, graph, static_inputs, copy_indices, pinned_ptrs, outputs, output_alias,
+                 private_buffers: bool):
         self.graph = graph
         self.static_inputs = static_inputs
         self.copy_indices = copy_indices      # inputs copied into static buffers per replay
         self.pinned_ptrs = pinned_ptrs        # {index: data_ptr} of inputs used in place
         self.outputs = outputs
         self.output_alias = output_alias      # per output: True if it aliases an input
-        # the CPU record stand-in reads copied inputs where the caller holds them (no copy)
-        self.reads_caller_inputs = bool(getattr(graph, "reads_caller_inputs", False))
+        # The CPU record stand-in can read copied inputs where the caller holds them: the same
+        # values as private buffers (clone_input) hold, without the copy. Not without
+        # clone_input: then the buffer is the caller's first tensor and the copy is visible.
+        self.reads_caller_inputs = private_buffers and bool(
+            getattr(graph, "reads_caller_inputs", False))
         self.replay_count_key: tuple = ()  # the capture report's counter of its replays
 
 
@@ -113,8 +117,7 @@ class AclGraphRunner:
                                                    self._recapture_reason(cap, args)):
             return self._capture_call(args, key, cap)
         # replay: the hot path, kept short (one call's overhead is measured in benchmarks)
-        if cap.reads_caller_inputs and self.clone_input:
-            # private buffers (clone_input): reading the caller's tensors is the same
+        if cap.reads_caller_inputs:
             feed = cap.static_inputs.copy()
             for i in cap.copy_indices:
                 feed[i] = args[i]
@@ -147,8 +150,7 @@ class AclGraphRunner:
         return self._returned(cap, outputs)
 
     def _returned(self, cap: _Capture, outputs):
-        if self.clone_output or (self.shared_pool and len(self.captures) > 1
-                                 and self._pool_shared_by_several()):
+        if self.clone_output or self._pool_shared_by_several():
             return [o.clone() if isinstance(o, torch.Tensor) and not alias else o
                     for o, alias in zip(outputs, cap.output_alias)]
         return list(outputs)
@@ -219,7 +221,8 @@ class AclGraphRunner:
                 if isinstance(a, torch.Tensor)}
         alias = [isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() in ptrs
                  for o in outputs]
-        return _Capture(graph, static_inputs, copy_indices, pinned, outputs, alias), first
+        return _Capture(graph, static_inputs, copy_indices, pinned, outputs, alias,
+                        self.clone_input), first
 
     def _capture_restorable(self, graph, static_inputs, args):
         """A stand-in capture really runs the graph: if it stops half way (a host-side call),
