@@ -28,6 +28,12 @@ def _wait(scope, peer):
             "fingerprint")
 
 
+def _publish(store, rank, kind, error, stage, **extra):
+    """A failure record of ``rank`` as ``failures`` publishes it."""
+    rec = {"rank": rank, "kind": kind, "error": error, "stage": stage, **extra}
+    store.set(f"{failures.PREFIX}/{failures.epoch()}/failed/{rank}", json.dumps(rec))
+
+
 def _run(store, rank, pending, timeout_s=20.0):
     t0 = time.monotonic()
     waits.announce(store, rank, "graph_t", pending)
@@ -61,17 +67,15 @@ def test_cycle_not_through_this_rank_is_left_to_its_ranks(store):
     waits.announce(store, 2, "g", [_wait("p2p:1,2", 1)])
     assert waits.find_cycle(store, 0, [_wait("group:0,1", 1)]) is None
     # once they fail (mismatch), this rank fails with their class, naming them
-    rec = {"rank": 1, "kind": "CollectiveMismatchError", "error": "CollectiveMismatchError: x",
-           "stage": "the cross-rank check", "graph": "g"}
-    store.set(f"{failures.PREFIX}/{failures.epoch()}/failed/1", json.dumps(rec))
+    _publish(store, 1, "CollectiveMismatchError", "CollectiveMismatchError: x",
+             "the cross-rank check", graph="g")
     with pytest.raises(CollectiveMismatchError, match="rank 1 failed in the cross-rank check"):
         _run(store, 0, [_wait("group:0,1", 1)])
 
 
 def test_peer_compile_failure_is_peer_failed(store):
-    rec = {"rank": 1, "kind": "UnsupportedOpError", "error": "UnsupportedOpError: logcumsumexp",
-           "stage": "compile", "graph": ""}
-    store.set(f"{failures.PREFIX}/{failures.epoch()}/failed/1", json.dumps(rec))
+    _publish(store, 1, "UnsupportedOpError", "UnsupportedOpError: logcumsumexp", "compile",
+             graph="")
     with pytest.raises(PeerFailedError, match="rank 1 failed in compile.*logcumsumexp"):
         _run(store, 0, [_wait("group:0,1", 1)])
 
@@ -94,8 +98,7 @@ def test_failed_rank_is_no_link_of_a_cycle(store):
     # rank 2 failed in its check: its announcement still names rank 0's missing key
     waits.announce(store, 1, "g", [_wait("p2p:1,2", 2)])
     waits.announce(store, 2, "g", [_wait("p2p:0,2", 0)])
-    rec = {"rank": 2, "kind": "UnsupportedOpError", "error": "x", "stage": "compile"}
-    store.set(f"{failures.PREFIX}/{failures.epoch()}/failed/2", json.dumps(rec))
+    _publish(store, 2, "UnsupportedOpError", "x", "compile")
     assert waits.find_cycle(store, 0, [_wait("p2p:0,1", 1)]) is None
 
 
