@@ -166,7 +166,7 @@ def _host_module(gm: torch.fx.GraphModule, host: Set[torch.fx.Node],
             env[n] = graph.node_copy(n, lambda a: env[a])
     graph.output(tuple(env[w] for w in wanted))
     module = torch.fx.GraphModule(torch.nn.Module(), graph)
-    return lambda args: module(*args)
+    return lambda args: module.forward(*args)  # no nn.Module call machinery per call
 
 
 def _device_of(gm: torch.fx.GraphModule) -> torch.device:
@@ -262,6 +262,13 @@ class ValueIntRunner:
         self.split = split
         self.inner = inner
         self.n_consumed = split.n_values
+        # one 0-d tensor per value, filled on every call: no allocation, and on a device no
+        # host-to-device copy (``fill_`` with a Python int is a kernel argument)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():  # built while compiling, under AOT's fake mode
+            self.values = [torch.zeros((), dtype=torch.int64, device=split.device)
+                           for _ in range(split.n_values)]
 
     def __call__(self, args: List[Any]):
         split = self.split
@@ -270,8 +277,9 @@ class ValueIntRunner:
         feed = list(args)
         for i in split.value_positions:
             feed[i] = 0  # not read by the device graph: a constant keeps one capture key
-        feed.extend(torch.tensor(int(v), dtype=torch.int64, device=split.device)
-                    for v in consumed)
+        for tensor, v in zip(self.values, consumed):
+            tensor.fill_(int(v))
+        feed.extend(self.values)
         args.clear()
         result = list(self.inner(feed))
         for i, v in zip(split.int_outputs, outs):
