@@ -47,6 +47,7 @@ import torch.multiprocessing as mp  # noqa: E402
 OUR_MODES = ("npugraph_ex", "reduce-overhead", "max-autotune")
 WORKLOADS = ("moe", "llama", "decode")
 NO_OVERLAP = "ours:npugraph_ex,overlap-off"
+GE_NO_OVERLAP = "ours:max-autotune,overlap-off"
 WITH_INDUCTOR = "ours:npugraph_ex+inductor-kernels"
 
 
@@ -71,7 +72,7 @@ def our_config(name):
 
     cfg = torchair_dist.CompilerConfig()
     cfg.mode = name.split(":", 1)[1].split(",")[0].split("+")[0]
-    if name == NO_OVERLAP:
+    if name in (NO_OVERLAP, GE_NO_OVERLAP):
         cfg.distributed_config.overlap_collectives = False
     if name == WITH_INDUCTOR:
         cfg.experimental_config.inductor_kernels = True
@@ -85,6 +86,8 @@ def variant_names(modes, device_type):
     names += [f"ours:{m}" for m in modes]
     if "npugraph_ex" in modes:
         names += [NO_OVERLAP, WITH_INDUCTOR]
+    if "max-autotune" in modes:
+        names.append(GE_NO_OVERLAP)
     return names
 
 
@@ -164,7 +167,7 @@ def _timing(module, inputs, expected, names, args, plat):
 
 
 def cached_variants(names):
-    return [n for n in names if n.startswith("ours:") and n != NO_OVERLAP]
+    return [n for n in names if n.startswith("ours:") and n not in (NO_OVERLAP, GE_NO_OVERLAP)]
 
 
 def _cache_phase(module, inputs, expected, phase, names, args, plat):

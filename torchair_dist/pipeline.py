@@ -211,7 +211,7 @@ _ACL = _ENTRY[:_SPLIT] + ("pattern_fusion",) + _ENTRY[_SPLIT:] + (
     "overlap", "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "validate",
     "fx_summary", "data_dump", "run_eagerly", "acl_codegen", "acl_dump", "inductor_kernels",
     "value_ints", "capture", "device_capture", "consistency")
-_GE = _ENTRY + ("constant_folding", "dead_code_elimination", "deadlock_check", "topology_sort",
+_GE = _ENTRY + ("overlap", "constant_folding", "dead_code_elimination", "deadlock_check", "topology_sort",
                 "validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump",
                 "ge_export", "ge_run", "cann_options", "cann_dump", "cann_aoe", "consistency")
 

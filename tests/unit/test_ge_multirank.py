@@ -355,3 +355,108 @@ def _run_4_ranks(rank, world_size):
 def test_collectives_and_subgroups_on_4_ranks(ranks4):
     groups = ranks4.run(_run_4_ranks, timeout=400)
     assert groups == [["tag=;ranks=0,2"], ["tag=;ranks=1,3"], ["tag=;ranks=0,2"], ["tag=;ranks=1,3"]]
+
+
+# -------------------------------------------------- asynchronous collectives in the executor
+def _generated_code(run):
+    """(result of ``run()``, the reference executor's code of every graph loaded during it)."""
+    from torchair_dist.backends.ge.runtime import reference
+
+    codes, original = [], reference.ReferenceRuntime.load
+
+    def load(self, model_bytes):
+        original(self, model_bytes)
+        codes.append(self.code)
+    reference.ReferenceRuntime.load = load
+    try:
+        return run(), codes
+    finally:
+        reference.ReferenceRuntime.load = original
+
+
+def _line_of(lines, *needles):
+    """Index of the first line holding every needle."""
+    return next(i for i, line in enumerate(lines) if all(n in line for n in needles))
+
+
+def _moe_overlap(rank, world_size, overlap):
+    """Dispatch all_to_all, a TP shared expert with its all_reduce, experts, combine
+    all_to_all: the dispatch is finished only where the experts read it, after the shared
+    expert's matmuls (with overlap on), and every rank equals eager."""
+    import torch
+    import torch.distributed as dist
+
+    from test_ge_common import stand_in_config
+
+    torch.manual_seed(rank)
+    x, ws, we = torch.randn(8, 16), torch.randn(16, 16), torch.randn(16, 16)
+
+    def moe(x, ws, we):
+        recv = torch.empty_like(x)
+        dist.all_to_all_single(recv, x * 2)
+        shared = torch.relu(x @ ws) @ ws
+        dist.all_reduce(shared)
+        back = torch.empty_like(x)
+        dist.all_to_all_single(back, torch.relu(recv @ we))
+        return back + shared
+
+    expected = moe(x, ws, we)
+    cfg = stand_in_config()
+    cfg.distributed_config.overlap_collectives = overlap
+    torch._dynamo.reset()
+    compiled = torch.compile(moe, backend=__import__("torchair_dist").get_npu_backend(
+        compiler_config=cfg), fullgraph=True)
+    with torch.no_grad():
+        out, codes = _generated_code(lambda: [compiled(x, ws, we) for _ in range(2)])
+    for o in out:
+        torch.testing.assert_close(o, expected)
+    lines = codes[0].splitlines()
+    issue = _line_of(lines, "p_all_to_all", "= k_")
+    done = _line_of(lines, "_0 = p_")  # the first finish: the dispatch (all_reduce: at the end)
+    matmuls = [i for i, line in enumerate(lines) if "MatMulV2_0 = k_" in line]
+    expert_mm = _line_of(lines, "MatMulV2_0 = k_", "wait_tensor")  # reads the dispatched data
+    return {"issue": issue, "done": done, "matmuls": matmuls, "expert": expert_mm}
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_ge_collectives_finish_at_their_first_reader(ranks2, overlap):
+    for rank, at in enumerate(ranks2.run(_moe_overlap, overlap, timeout=180)):
+        assert at["issue"] < at["done"] < at["expert"], (rank, at)
+        between = [i for i in at["matmuls"] if at["issue"] < i < at["done"]]
+        # overlap on: both shared-expert matmuls run while the dispatch is in flight;
+        # off: the collective is finished on the line after its issue
+        assert len(between) == (2 if overlap else 0), (rank, at)
+        assert overlap or at["done"] == at["issue"] + 1, (rank, at)
+
+
+def _gather_then_write(rank, world_size):
+    """A collective reading a buffer the graph then writes in place (``enable_ref_data``: GE
+    ``Assign`` into the caller's tensor) is finished before the write: the gather sees the
+    old values. (The converter orders Assign after the wait with a control edge, and the
+    executor finishes every pending collective before an op that writes an input.) Eager
+    funcol on gloo races here, so the expectation is written out."""
+    import torch
+    import torch.distributed._functional_collectives as funcol
+    import torch.distributed as dist
+
+    from test_ge_common import aot_compile, stand_in_config
+
+    def fn(cache, x):
+        gathered = funcol.all_gather_tensor(cache, 0, dist.group.WORLD)
+        cache.add_(x)
+        return gathered
+
+    cache, x = torch.full((4, 3), float(rank)), torch.ones(4, 3)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out, codes = _generated_code(lambda: aot_compile(
+            fn, stand_in_config(experimental_config__enable_ref_data=True))(cache, x))
+    torch.testing.assert_close(out, torch.cat([torch.full((4, 3), float(r))
+                                               for r in range(world_size)]))
+    torch.testing.assert_close(cache, torch.full((4, 3), rank + 1.0))
+    lines = codes[0].splitlines()
+    return _line_of(lines, "_0 = p_") < _line_of(lines, "Assign")  # finish, then write
+
+
+def test_ge_collective_finishes_before_an_in_place_write(ranks2):
+    assert ranks2.run(_gather_then_write, timeout=180) == [True, True]

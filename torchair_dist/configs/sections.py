@@ -211,5 +211,5 @@ class DistributedConfig(ConfigBase):
         self.consistency_timeout = IntRangeOption(
             60, 1, 3600, "seconds the cross-rank check waits for the other ranks")
         self.overlap_collectives = BoolOption(
-            True, "schedule collectives early and their waits late (ACL modes)")
+            True, "schedule collectives early and their waits late")
         self._freeze()

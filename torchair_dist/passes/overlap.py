@@ -1,4 +1,4 @@
-"""Communication/compute overlap scheduling on the AOT graph (ACL modes).
+"""Communication/compute overlap scheduling on the AOT graph (every mode).
 
 A functional collective is two nodes: the *issue* op (``_c10d_functional.all_reduce`` ...,
 or one of this library's ``torchair_dist.*`` collective ops) that starts the collective and
@@ -7,7 +7,8 @@ the rank is free to compute anything that does not need the result. Traced progr
 the wait right after the issue; this pass moves each issue as early as its inputs allow and
 each wait as late as its first use allows, so independent compute runs while the collective is
 in flight (on gloo the collective runs on the process group's background thread; on a device on
-the communication stream).
+the communication stream). In max-autotune the GE graph keeps this order: the reference
+executor finishes a collective just before its first reader (the ``Identity`` a wait becomes).
 
 Rules the schedule keeps (``DESIGN.md`` §5):
 

@@ -3,7 +3,9 @@ recaptured, and why.
 
 Events are counted per process and logged at DEBUG on the ``torchair_dist`` logger, one line
 per event, containing "capture" / "replay". ``torch._dynamo.reset()`` (which drops the compiled
-graphs) clears the counts too, through the backend's ``reset`` hook (``util.on_dynamo_reset``).
+graphs) clears the counts too, through the backend's ``reset`` hook (``util.on_dynamo_reset``),
+when Dynamo compiled with this backend since its last reset; counts of graphs that
+``cache_compile`` loaded without Dynamo are cleared by :func:`reset_capture_report`.
 
 Public API (re-exported as ``torchair_dist.capture_report`` / ``reset_capture_report``)::
 

@@ -11,13 +11,14 @@ def create_runtime(kind: str = "auto", device=None, config=None, rank: int = 0,
                    world_size: int = 1) -> GeRuntime:
     """``"reference"``, ``"cann"``, or ``"auto"``: CANN on an Ascend host, else the reference
     executor on ``device`` (the device of the graph's inputs; CPU by default). The CANN runtime
-    gets the session/graph options of ``config`` (:func:`cann_options.cann_options`)."""
-    if kind == "reference":
-        return ReferenceRuntime(device)
+    gets the session/graph options of ``config`` (:func:`cann_options.cann_options`); the
+    reference executor reads ``distributed_config.overlap_collectives`` (off: every collective
+    is finished right after it is issued)."""
     from .... import platform
 
-    if kind == "auto" and platform.current().name != "npu":
-        return ReferenceRuntime(device)
+    if kind == "reference" or (kind == "auto" and platform.current().name != "npu"):
+        overlap = config is None or bool(config.get("distributed_config.overlap_collectives"))
+        return ReferenceRuntime(device, overlap=overlap)
     from .cann import CannRuntime
     from .cann_options import cann_options
 

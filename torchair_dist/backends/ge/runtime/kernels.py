@@ -8,7 +8,7 @@ generated code calls once per step. Each kernel implements the GE op's documente
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Set
 
 import torch
 
@@ -17,12 +17,23 @@ from .opspec import GeRuntimeError, OpSpec
 
 Factory = Callable[[OpSpec], Callable[..., Any]]
 KERNELS: Dict[str, Factory] = {}
+# Op types whose kernel starts work and returns a ``done()`` callable that waits for it and
+# gives the op's output(s) (collectives: the executor calls ``done`` just before the first op
+# that reads an output, so compute in between overlaps the communication).
+ASYNC: Set[str] = set()
+# Op types whose kernel writes one of its inputs in place (GE ref semantics): no collective may
+# still be reading a buffer when one of these runs, so the executor finishes pending ones first.
+WRITES_INPUT: Set[str] = set()
 
 
-def kernel(*types: str):
+def kernel(*types: str, asynchronous: bool = False, writes_input: bool = False):
     def deco(factory: Factory) -> Factory:
         for t in types:
             KERNELS[t] = factory
+            if asynchronous:
+                ASYNC.add(t)
+            if writes_input:
+                WRITES_INPUT.add(t)
         return factory
     return deco
 

@@ -3,6 +3,12 @@
 The ``group`` attribute is a stable group name; it is resolved to a live process group with
 :func:`torchair_dist.collectives.groups.resolve` when the graph is loaded. Every kernel returns a
 new tensor and leaves its input untouched, like the GE op.
+
+The collectives are asynchronous (``kernel(..., asynchronous=True)``): a kernel issues the
+collective and returns ``done()``, which waits and gives the output; the reference executor
+calls it just before the first op that reads the output (as GE runs HCCL ops on their own
+stream), so the compute scheduled between them overlaps the communication. ``HcomSend`` is
+waited for at the end of the graph and ``HcomReceive`` blocks.
 """
 from __future__ import annotations
 
@@ -29,66 +35,73 @@ def _reduce_op(spec: OpSpec):
                              f"{spec.attr('reduction')!r}") from None
 
 
-@kernel("HcomAllReduce")
+def _done(work, y):
+    def done():
+        work.wait()
+        return y
+    return done
+
+
+@kernel("HcomAllReduce", asynchronous=True)
 def _all_reduce(spec: OpSpec):
     pg, op = _group(spec), _reduce_op(spec)
 
     def run(x):
         y = x.clone(memory_format=torch.contiguous_format)
-        dist.all_reduce(y, op, group=pg)
-        return y
+        return _done(dist.all_reduce(y, op, group=pg, async_op=True), y)
     return run
 
 
-@kernel("HcomAllGather")
+@kernel("HcomAllGather", asynchronous=True)
 def _all_gather(spec: OpSpec):
     pg, size = _group(spec), spec.attr("rank_size")
 
     def run(x):
         x = x.contiguous()
         y = x.new_empty((x.shape[0] * size,) + tuple(x.shape[1:]))
-        dist.all_gather_into_tensor(y, x, group=pg)
-        return y
+        return _done(dist.all_gather_into_tensor(y, x, group=pg, async_op=True), y)
     return run
 
 
-@kernel("HcomReduceScatter")
+@kernel("HcomReduceScatter", asynchronous=True)
 def _reduce_scatter(spec: OpSpec):
     pg, op, size = _group(spec), _reduce_op(spec), spec.attr("rank_size")
 
     def run(x):
         x = x.contiguous()
         y = x.new_empty((x.shape[0] // size,) + tuple(x.shape[1:]))
-        dist.reduce_scatter_tensor(y, x, op, group=pg)
-        return y
+        return _done(dist.reduce_scatter_tensor(y, x, op, group=pg, async_op=True), y)
     return run
 
 
-@kernel("HcomBroadcast")
+@kernel("HcomBroadcast", asynchronous=True)
 def _broadcast(spec: OpSpec):
     pg, root = _group(spec), spec.attr("root_rank")
 
     def run(*xs):
         ys = tuple(x.clone(memory_format=torch.contiguous_format) for x in xs)
-        for y in ys:
-            dist.broadcast(y, group=pg, group_src=root)
-        return ys if len(ys) != 1 else ys[0]
+        works = [dist.broadcast(y, group=pg, group_src=root, async_op=True) for y in ys]
+
+        def done():
+            for work in works:
+                work.wait()
+            return ys if len(ys) != 1 else ys[0]
+        return done
     return run
 
 
-@kernel("HcomAllToAll")
+@kernel("HcomAllToAll", asynchronous=True)
 def _all_to_all(spec: OpSpec):
     pg = _group(spec)
 
     def run(x):
         x = x.contiguous()
         y = torch.empty_like(x)
-        dist.all_to_all_single(y, x, group=pg)
-        return y
+        return _done(dist.all_to_all_single(y, x, group=pg, async_op=True), y)
     return run
 
 
-@kernel("HcomAllToAllV")
+@kernel("HcomAllToAllV", asynchronous=True)
 def _all_to_all_v(spec: OpSpec):
     """Counts and displacements are in elements of the flattened send/receive buffers."""
     pg = _group(spec)
@@ -101,15 +114,20 @@ def _all_to_all_v(spec: OpSpec):
         else:
             send = torch.cat([flat[d:d + c] for c, d in zip(sc, sd)])
         recv = flat.new_empty(sum(rc))
-        dist.all_to_all_single(recv, send, output_split_sizes=rc, input_split_sizes=sc, group=pg)
+        work = dist.all_to_all_single(recv, send, output_split_sizes=rc, input_split_sizes=sc,
+                                      group=pg, async_op=True)
         if all(d == sum(rc[:i]) for i, d in enumerate(rd)):
-            return recv
-        out = flat.new_zeros(sum(rc))
-        offset = 0
-        for c, d in zip(rc, rd):
-            out[d:d + c] = recv[offset:offset + c]
-            offset += c
-        return out
+            return _done(work, recv)
+
+        def done():
+            work.wait()
+            out = flat.new_zeros(sum(rc))
+            offset = 0
+            for c, d in zip(rc, rd):
+                out[d:d + c] = recv[offset:offset + c]
+                offset += c
+            return out
+        return done
     return run
 
 

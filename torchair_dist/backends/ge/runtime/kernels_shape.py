@@ -184,7 +184,7 @@ def _inplace_index_add(spec: OpSpec):
     return lambda var, indices, updates, alpha: var.index_add(axis, indices, updates * alpha)
 
 
-@kernel("ScatterNdUpdate")
+@kernel("ScatterNdUpdate", writes_input=True)
 def _scatter_nd_update(spec: OpSpec):
     """Writes ``var`` in place (GE's ref semantics): a RefData input is the caller's buffer;
     converters give every other ``var`` its own copy first."""
@@ -194,7 +194,7 @@ def _scatter_nd_update(spec: OpSpec):
     return run
 
 
-@kernel("Assign")
+@kernel("Assign", writes_input=True)
 def _assign(spec: OpSpec):
     """Writes ``value`` into ``ref`` in place (``ref`` is a RefData: the caller's buffer)."""
     def run(ref, value):

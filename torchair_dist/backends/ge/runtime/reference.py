@@ -14,20 +14,25 @@ time), and generates one Python function with one line per GE op::
 Control edges carry no data but order: ops run in graph order (the FX order the converter
 emitted; collectives keep the traced order on every rank) moved only where a data or control
 edge (``"<op>:-1"``) demands it (:func:`schedule`); ``NetOutput`` runs last.
+
+Asynchronous kernels (the collectives, ``kernels.ASYNC``) are issued in that order and finished
+(``v = p_op(); del p_op``) just before the first op that reads one of their outputs or has a
+control edge from them; every pending one is finished before an op that writes an input in
+place (``kernels.WRITES_INPUT``) and before the graph returns.
 """
 from __future__ import annotations
 
 import heapq
 import keyword
 import re
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from ..proto import ModelDef
 from . import kernels_hcom, kernels_shape  # noqa: F401  (fill KERNELS)
 from .base import GeRuntime
-from .kernels import KERNELS
+from .kernels import ASYNC, KERNELS, WRITES_INPUT
 from .opspec import GeRuntimeError, decode_tensor, op_spec
 
 
@@ -45,8 +50,9 @@ class ReferenceRuntime(GeRuntime):
 
     name = "reference"
 
-    def __init__(self, device: "torch.device | str | None" = None) -> None:
+    def __init__(self, device: "torch.device | str | None" = None, overlap: bool = True) -> None:
         self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.overlap = overlap
         self.code = ""
         self.model = None
         self._fn = None
@@ -60,7 +66,7 @@ class ReferenceRuntime(GeRuntime):
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         with unset_fake_temporarily():
-            self.code, scope = generate(model, self.device)
+            self.code, scope = generate(model, self.device, self.overlap)
         exec(compile(self.code, f"<ge_graph {model.graph[0].name}>", "exec"), scope)
         self._fn = scope["ge_graph"]
 
@@ -107,8 +113,66 @@ def schedule(graph) -> List[Any]:
     return order
 
 
-def generate(model: ModelDef, device: torch.device = torch.device("cpu")):
+# Shape-only ops that may read a pending collective's output without finishing it: they are
+# folded into the collective's ``done`` (all_to_all_v's decomposition reshapes right after its
+# HcomAllToAllV), so the wait still lands at the first op that computes with the result.
+_FOLDABLE = frozenset({"Reshape", "Identity", "Squeeze", "Unsqueeze"})
+
+
+class _Pending:
+    """The asynchronous ops issued and not finished yet: op name -> (the variables of its
+    outputs, the variable holding its ``done``)."""
+
+    def __init__(self, order: Sequence[Any]) -> None:
+        self.ops: Dict[str, Tuple[List[str], str]] = {}
+        self.reads: Dict[str, int] = {}  # op name -> how many data inputs read its outputs
+        for op in order:
+            for inp in op.input:
+                if not inp.endswith(":-1"):
+                    src = inp.rpartition(":")[0]
+                    self.reads[src] = self.reads.get(src, 0) + 1
+
+    def issue(self, op, ident: str, outs: List[str], call: str) -> str:
+        self.ops[op.name] = (outs, f"p_{ident}")
+        return f"p_{ident} = {call}"
+
+    def fold(self, op, ident: str, args: List[str], outs: List[str]) -> Optional[str]:
+        """The line that makes ``op`` part of a pending op's ``done``, or None where it cannot
+        be: ``op`` is shape-only with one output, the only reader of a pending op with one
+        output, which is ``op``'s first input; its other inputs are Consts."""
+        if op.type not in _FOLDABLE or len(outs) != 1 or not op.input:
+            return None
+        src = op.input[0].rpartition(":")[0]
+        if (len(self.ops.get(src, ((), ""))[0]) != 1 or self.reads.get(src) != 1
+                or any(not a.startswith("c_") for a in args[1:])
+                or any(i.endswith(":-1") for i in op.input)):
+            return None
+        done = self.ops.pop(src)[1]
+        self.ops[op.name] = (outs, f"p_{ident}")
+        return (f"p_{ident} = lambda _p={done}: k_{ident}({', '.join(['_p()'] + args[1:])}); "
+                f"del {done}")
+
+    @staticmethod
+    def _line(outs: List[str], done: str) -> str:
+        target = "" if not outs else (f"{outs[0]} = " if len(outs) == 1
+                                      else f"{', '.join(outs)}, = ")
+        return f"{target}{done}(); del {done}"
+
+    def finish(self, op) -> List[str]:
+        """The lines finishing the pending ops ``op`` reads (data or control edge)."""
+        srcs = dict.fromkeys(inp.rpartition(":")[0] for inp in op.input)
+        return [self._line(*self.ops.pop(src)) for src in srcs if src in self.ops]
+
+    def finish_all(self) -> List[str]:
+        lines = [self._line(*entry) for entry in self.ops.values()]
+        self.ops.clear()
+        return lines
+
+
+def generate(model: ModelDef, device: torch.device = torch.device("cpu"), overlap: bool = True):
     """(source code, globals) of the straight-line function for ``model.graph[0]``.
+
+    ``overlap=False``: every asynchronous op is finished right after it is issued.
 
     Const values live on ``device`` (the device of the graph inputs); kernels also see a CPU
     copy of every Const to bake index inputs (shapes, axes, perms) in at load time."""
@@ -125,6 +189,7 @@ def generate(model: ModelDef, device: torch.device = torch.device("cpu")):
         for inp in op.input:
             if not inp.endswith(":-1"):
                 last_use[inp] = pos
+    pending = _Pending(order)
     for pos, op in enumerate(order):
         ident = _ident(op.name, used)
         if op.type == "Const":
@@ -139,6 +204,7 @@ def generate(model: ModelDef, device: torch.device = torch.device("cpu")):
             continue
         args = [var[i] for i in op.input if not i.endswith(":-1")]
         if op.type == "NetOutput":
+            lines.extend(pending.finish_all())
             if "pending" in state:
                 scope["_finish"] = state["finish"]
                 lines.append("_finish()")
@@ -158,7 +224,16 @@ def generate(model: ModelDef, device: torch.device = torch.device("cpu")):
         for i, name in enumerate(outs):
             var[f"{op.name}:{i}"] = name
         call = f"k_{ident}({', '.join(args)})"
-        if not outs:
+        folded = pending.fold(op, ident, args, outs) if overlap else None
+        if folded is not None:
+            lines.append(folded)
+            continue  # nothing of this op is live before its ``done`` runs
+        lines.extend(pending.finish_all() if op.type in WRITES_INPUT else pending.finish(op))
+        if op.type in ASYNC:
+            lines.append(pending.issue(op, ident, outs, call))
+            if not overlap:
+                lines.extend(pending.finish_all())
+        elif not outs:
             lines.append(call)
         elif len(outs) == 1:
             lines.append(f"{outs[0]} = {call}")
@@ -168,6 +243,7 @@ def generate(model: ModelDef, device: torch.device = torch.device("cpu")):
         if dead:
             lines.append(f"del {', '.join(dead)}")
     else:
+        lines.extend(pending.finish_all())
         lines.append("return []")
     body = "\n".join(f"    {line}" for line in lines)
     return f"def ge_graph(inputs):\n{body}\n", scope
