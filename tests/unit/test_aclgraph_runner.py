@@ -164,3 +164,43 @@ def test_force_recapture(runners):
     for _ in range(3):
         f(torch.ones(2))
     assert runners[0].capture_count == 3
+
+
+def _runner_frames(call):
+    """The runner's Python frames one call enters (its module and its generated entry)."""
+    import sys
+
+    names = []
+
+    def prof(frame, event, arg):
+        if event == "call" and (frame.f_code.co_filename == runner_mod.__file__
+                                or frame.f_code.co_filename == "<torchair_dist runner entry>"):
+            names.append(frame.f_code.co_name)
+    sys.setprofile(prof)
+    try:
+        out = call()
+    finally:
+        sys.setprofile(None)
+    return out, names
+
+
+@pytest.mark.parametrize("options, fast", [
+    ({}, True),
+    ({"debug.aclgraph.enable_output_clone": True}, False),  # clones: the checked path
+    ({"npugraphex_config.force_recapture": True}, False),
+])
+def test_a_plain_replay_is_the_generated_entry_alone(runners, options, fast):
+    import torchair_dist
+
+    fn = lambda x: torch.relu(x) * 2  # noqa: E731
+    f = compile_fn(fn, **options)
+    x = torch.randn(8)
+    f(x), f(x)
+    out, frames = _runner_frames(lambda: f(x))
+    assert torch.equal(out, fn(x))
+    if fast:
+        assert frames == ["entry"], frames  # key, lookup, feed, replay, count: one frame
+        (keys,) = torchair_dist.capture_report().values()
+        assert next(iter(keys.values()))["replays"] == 2  # the fast path still counts
+    else:
+        assert "_call" in frames, frames

@@ -89,7 +89,7 @@ def graph_factory_for(ctx: GraphContext, opaque_forward: bool = False):
     if stand_in == "record" and opaque_forward:
         log.debug("%s: its forward calls compiled kernels; the emulating CPU stand-in replays "
                   "it (the record stand-in only re-issues dispatched ops)", ctx.graph_name)
-        stand_in = "emulate"
+        return _Factory(lambda: EmulatedGraph(reads_caller_inputs=True), False)
     if stand_in == "record":
         pool = RecordPool() if share else None
         return _Factory(lambda: RecordGraph(ctx.gm, pool), share)
@@ -125,7 +125,7 @@ def capture_runner(ctx: GraphContext, factory, make_forward, opaque_forward: boo
         fn, source = make_forward(ctx)
         runner = AclGraphRunner(fn, ctx, factory)
         runner.source = source
-        return runner
+        return runner.entry  # what AOT calls: the runner's generated entry, one frame less
     log.debug("%s: integer inputs %s are fed as values (one capture for every value)",
               ctx.graph_name, split.value_positions)
     values = split.gm.graph.find_nodes(op="placeholder")[-split.n_values:] if split.n_values \

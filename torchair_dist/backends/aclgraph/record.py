@@ -257,8 +257,9 @@ class RecordGraph:
                     static.copy_(new)
         finally:
             torch._C._set_grad_enabled(grad)
-        if self.pool is not None:
-            self.pool.clobber_after(self)
+        pool = self.pool
+        if pool is not None and pool.graphs and pool.graphs[-1]() is not self:  # a later one
+            pool.clobber_after(self)
 
 
 _VALUE = re.compile(r"\bv\d+\b")

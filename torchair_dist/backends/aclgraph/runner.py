@@ -30,7 +30,7 @@ class _Capture:
     """One captured graph: its static inputs, the graph, and the pointers it was made on."""
 
     __slots__ = ("graph", "static_inputs", "copy_indices", "pinned_ptrs", "outputs",
-                 "output_alias", "reads_caller_inputs", "replay_count_key")
+                 "output_alias", "reads_caller_inputs", "replay_count_key", "fast")
 
     def __init__(self, graph, static_inputs, copy_indices, pinned_ptrs, outputs, output_alias,
                  private_buffers: bool):
@@ -46,6 +46,7 @@ class _Capture:
         self.reads_caller_inputs = private_buffers and bool(
             getattr(graph, "reads_caller_inputs", False))
         self.replay_count_key: tuple = ()  # the capture report's counter of its replays
+        self.fast: tuple = ()  # what the runner's generated replay reads (_REPLAY_BODY)
 
 
 class AclGraphRunner:
@@ -81,23 +82,13 @@ class AclGraphRunner:
         self.fallback_eager = False
         self.capture_count = 0  # captures made, recaptures included (tests and stats)
         self._shape_keys: Dict[Any, str] = {}  # shape part of a key -> its report name
+        # key -> the ``fast`` tuple of a capture that needs no check per call (_install_fast)
+        self._fast: Dict[Any, tuple] = {}
+        self.capture_key, self.entry, self._replay = _key_and_entry(
+            self.key_shape_indices, self.key_ptr_indices, ctx.example_inputs, self._fast,
+            self._call)
 
     # -- keys ---------------------------------------------------------------------------
-    def capture_key(self, args: Sequence[Any]):
-        """(shapes of the non-static inputs, addresses of the parameters)."""
-        shapes = []
-        for i in self.key_shape_indices:
-            a = args[i]
-            if isinstance(a, torch.Tensor):
-                shapes.append(a.shape)  # a torch.Size: a hashable tuple
-            else:
-                shapes.append(a if isinstance(a, (int, float, bool)) else None)
-        if not self.key_ptr_indices:
-            return tuple(shapes), ()
-        ptrs = tuple(args[i].data_ptr() if isinstance(args[i], torch.Tensor) else None
-                     for i in self.key_ptr_indices)
-        return tuple(shapes), ptrs
-
     def report_key(self, key) -> str:
         name = self._shape_keys.get(key[0])
         if name is None:
@@ -107,6 +98,11 @@ class AclGraphRunner:
 
     # -- call -----------------------------------------------------------------------------
     def __call__(self, args: List[Any]):
+        return self.entry(args)
+
+    def _call(self, args: List[Any]):
+        """Every call the fast table does not answer: the first of a key, eager fallbacks,
+        captures whose replay checks something per call (moved inputs, copies of outputs)."""
         if self.fallback_eager:
             return self.forward(args)
         if self.uncapturable is not None:
@@ -116,18 +112,7 @@ class AclGraphRunner:
         if cap is None or self.force_recapture or (cap.pinned_ptrs and
                                                    self._recapture_reason(cap, args)):
             return self._capture_call(args, key, cap)
-        # replay: the hot path, kept short (one call's overhead is measured in benchmarks)
-        if cap.reads_caller_inputs:
-            feed = cap.static_inputs.copy()
-            for i in cap.copy_indices:
-                feed[i] = args[i]
-            cap.graph.replay(feed)
-        else:
-            self._copy_inputs(cap, args)
-            cap.graph.replay()
-        counts = report.counts()
-        counts[cap.replay_count_key] = counts.get(cap.replay_count_key, 0) + 1
-        log.debug("%s: replay of key %s", self.name, cap.replay_count_key[1])
+        self._replay(args, cap.fast)  # a pinned input at its captured address
         return self._returned(cap, cap.outputs)
 
     def _capture_call(self, args: List[Any], key, cap: Optional[_Capture]):
@@ -147,7 +132,23 @@ class AclGraphRunner:
         self.captures[key] = cap
         cap.replay_count_key = report.replay_key(self.name, self.report_key(key))
         report.captured(self.name, self.report_key(key), reason, recapture)
+        cap.fast = (cap.reads_caller_inputs, cap.static_inputs, tuple(cap.copy_indices),
+                    self.clone_input, cap.graph.replay, cap.outputs, cap.replay_count_key,
+                    self.name)
+        self._install_fast(key, cap)
         return self._returned(cap, outputs)
+
+    def _install_fast(self, key, cap: _Capture) -> None:
+        """Give ``key`` a replay function that skips the per-call checks of :meth:`_call`
+        where none applies: no forced recapture, no input pinned by address, no output
+        clones, one capture in a shared pool (a second one drops every fast replay)."""
+        self._fast.pop(key, None)
+        if self.shared_pool and len(self.captures) > 1:
+            self._fast.clear()
+            return
+        if self.force_recapture or cap.pinned_ptrs or self.clone_output:
+            return
+        self._fast[key] = cap.fast
 
     def _returned(self, cap: _Capture, outputs):
         if self.clone_output or self._pool_shared_by_several():
@@ -188,16 +189,6 @@ class AclGraphRunner:
         found = self.uncapturable
         report.uncaptured(self.name, f"{found.op} {found.why} at {found.where}")
         return self.forward(args)
-
-    def _copy_inputs(self, cap: _Capture, args) -> None:
-        static = cap.static_inputs
-        if self.clone_input:
-            for i in cap.copy_indices:
-                static[i].copy_(args[i])
-        else:
-            for i in cap.copy_indices:
-                if args[i].data_ptr() != static[i].data_ptr():
-                    static[i].copy_(args[i])
 
     def _capture(self, args):
         """Capture a graph for ``args``; returns (capture, outputs of this call)."""
@@ -244,5 +235,59 @@ class AclGraphRunner:
             f"{self.capture_limit}); it runs eagerly from now on. Raise the limit or mark "
             f"fewer dimensions dynamic.", UserWarning, stacklevel=2)
         self.captures.clear()
+        self._fast.clear()
         self.fallback_eager = True
         return self.forward(args)
+
+
+_SCALARS = (int, float, bool)
+
+# One replay of a capture without the runner's per-call checks, as source: ``C`` is the
+# capture's _Capture.fast tuple and ``A`` the caller's inputs. Inputs are fed (read where the
+# caller holds them, or copied into the captured buffers), the graph is replayed, the replay
+# counted and logged at DEBUG (the logger's level cache answers without a call) and the
+# captured outputs returned. Both ``replay(A, C)`` and the body of ``entry`` are this text.
+_REPLAY_BODY = """\
+    reads, static, indices, clone, replay, outputs, count_key, name = C
+    if reads:
+        feed = static.copy()
+        for i in indices:
+            feed[i] = A[i]
+        replay(feed)
+    else:
+        for i in indices:
+            if clone or A[i].data_ptr() != static[i].data_ptr():
+                static[i].copy_(A[i])
+        replay()
+    counts[count_key] = counts.get(count_key, 0) + 1
+    if level_cache.get(10) is not False and log.isEnabledFor(10):
+        log.debug("%s: replay of key %s", name, count_key[1])
+    return list(outputs)
+"""
+
+
+def _key_and_entry(shape_indices, ptr_indices, examples, fast, slow):
+    """``capture_key(A)``, ``entry(A)`` and ``replay(A, C)`` generated for one graph's inputs.
+
+    The key is (shapes of the non-static inputs, addresses of the parameters) as one
+    expression; ``entry`` looks it up in ``fast`` (key -> a capture's ``fast`` tuple) and
+    replays that capture in its own frame, else calls ``slow``; ``replay`` is that replay
+    for the runner's other paths."""
+    shapes = []
+    for i in shape_indices:
+        if isinstance(examples[i], torch.Tensor):  # AOT feeds a tensor where it traced one
+            shapes.append(f"A[{i}].shape")
+        else:
+            shapes.append(f"(A[{i}] if isinstance(A[{i}], _SCALARS) else None)")
+    ptrs = [f"(A[{i}].data_ptr() if isinstance(A[{i}], _Tensor) else None)" for i in ptr_indices]
+    key = f"(({''.join(p + ', ' for p in shapes)}), ({''.join(p + ', ' for p in ptrs)}))"
+    source = (f"def capture_key(A):\n    return {key}\n\n"
+              f"def replay(A, C):\n{_REPLAY_BODY}\n"
+              f"def entry(A):\n    C = fast_get({key})\n"
+              f"    if C is None:\n        return slow(A)\n{_REPLAY_BODY}")
+    scope = {"_SCALARS": _SCALARS, "_Tensor": torch.Tensor, "fast_get": fast.get, "slow": slow,
+             "counts": report.counts(), "log": log,
+             "level_cache": getattr(log, "_cache", {})}  # cleared on every level change
+    exec(compile(source, "<torchair_dist runner entry>", "exec"), scope)  # noqa: S102
+    scope["entry"]._boxed_call = True
+    return scope["capture_key"], scope["entry"], scope["replay"]
