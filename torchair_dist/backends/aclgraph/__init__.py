@@ -125,7 +125,7 @@ def capture_runner(ctx: GraphContext, factory, make_forward, opaque_forward: boo
         fn, source = make_forward(ctx)
         runner = AclGraphRunner(fn, ctx, factory)
         runner.source = source
-        return runner.entry  # what AOT calls: the runner's generated entry, one frame less
+        return runner
     log.debug("%s: integer inputs %s are fed as values (one capture for every value)",
               ctx.graph_name, split.value_positions)
     values = split.gm.graph.find_nodes(op="placeholder")[-split.n_values:] if split.n_values \
