@@ -89,7 +89,7 @@ def graph_factory_for(ctx: GraphContext, opaque_forward: bool = False):
     if stand_in == "record" and opaque_forward:
         log.debug("%s: its forward calls compiled kernels; the emulating CPU stand-in replays "
                   "it (the record stand-in only re-issues dispatched ops)", ctx.graph_name)
-        return _Factory(lambda: EmulatedGraph(reads_caller_inputs=True), False)
+        stand_in = "emulate"
     if stand_in == "record":
         pool = RecordPool() if share else None
         return _Factory(lambda: RecordGraph(ctx.gm, pool), share)

@@ -20,29 +20,20 @@ _CAPTURE_STREAMS: dict = {}
 
 
 class EmulatedGraph:
-    """CPU stand-in for a device graph: fixed input and output buffers, replay recomputes.
+    """CPU stand-in for a device graph: fixed input and output buffers, replay recomputes."""
 
-    ``reads_caller_inputs``: a replay may be given the inputs where the caller holds them
-    (the runner then skips copying them into the captured buffers: the same values). Off for
-    ``TORCHAIR_DIST_CPU_CAPTURE=emulate``, which exists to run the runner's input copies as on
-    a device; on for a forward of compiled kernels on CPU (inductor kernels), where the copy
-    would only cost time."""
-
-    def __init__(self, reads_caller_inputs: bool = False):
+    def __init__(self):
         self.fn: Optional[Callable] = None
         self.inputs: List[Any] = []
         self.outputs: Sequence[Any] = ()
-        self.reads_caller_inputs = reads_caller_inputs
 
     def capture(self, fn: Callable, inputs: List[Any]) -> Sequence[Any]:
         self.fn, self.inputs = fn, inputs
         self.outputs = fn(list(inputs))
         return self.outputs
 
-    def replay(self, inputs: Optional[List[Any]] = None) -> None:
-        """Recompute into the captured outputs; ``inputs``: a list the forward may consume
-        (boxed), default a copy of the captured input list."""
-        fresh = self.fn(list(self.inputs) if inputs is None else inputs)
+    def replay(self) -> None:
+        fresh = self.fn(list(self.inputs))
         for static, new in zip(self.outputs, fresh):
             if isinstance(static, torch.Tensor) and static is not new:
                 static.copy_(new)
