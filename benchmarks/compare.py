@@ -1,6 +1,6 @@
 """Side by side on the collective workloads, in one run per workload: eager, ``aot_eager``,
-``inductor``, each torchair_dist mode, ours with overlap off and ours with inductor kernels (plus
-torch's ``cudagraphs`` and inductor ``reduce-overhead`` on an NVIDIA machine).
+``inductor``, each torchair_dist mode, ours with overlap off (npugraph_ex and max-autotune) and
+ours with inductor kernels (plus torch's ``cudagraphs`` and inductor ``reduce-overhead`` on an NVIDIA machine).
 
   python benchmarks/compare.py [--workloads moe,llama,decode] [--steps 200] [--world 2]
 
