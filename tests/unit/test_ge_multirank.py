@@ -387,6 +387,7 @@ def _moe_overlap(rank, world_size, overlap):
     import torch.distributed as dist
 
     from test_ge_common import stand_in_config
+    from torchair_dist import get_npu_backend
 
     torch.manual_seed(rank)
     x, ws, we = torch.randn(8, 16), torch.randn(16, 16), torch.randn(16, 16)
@@ -404,8 +405,7 @@ def _moe_overlap(rank, world_size, overlap):
     cfg = stand_in_config()
     cfg.distributed_config.overlap_collectives = overlap
     torch._dynamo.reset()
-    compiled = torch.compile(moe, backend=__import__("torchair_dist").get_npu_backend(
-        compiler_config=cfg), fullgraph=True)
+    compiled = torch.compile(moe, backend=get_npu_backend(compiler_config=cfg), fullgraph=True)
     with torch.no_grad():
         out, codes = _generated_code(lambda: [compiled(x, ws, we) for _ in range(2)])
     for o in out:

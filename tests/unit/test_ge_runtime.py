@@ -58,3 +58,36 @@ def test_cann_runtime_reports_missing_dependencies():
         pass
     with pytest.raises(BackendUnavailableError, match="torch_npu|torchair"):
         create_runtime("cann")
+
+
+@pytest.mark.parametrize("control_edge", [False, True])
+def test_a_collective_folded_into_a_reshape_still_finishes_before_its_control_successor(
+        one_rank_group, control_edge):
+    """HcomAllReduce -> Reshape is folded into one pending ``done``; an op with a control edge
+    from the HcomAllReduce itself must still run after the collective finished."""
+    import torch.distributed as dist
+
+    from torchair_dist.backends.ge.builder import GraphBuilder
+    from torchair_dist.collectives import groups
+
+    b = GraphBuilder("g")
+    x = b.data(torch.float32, (2, 3))
+    (ar,) = b.op("HcomAllReduce", [("x", x)], {
+        "reduction": "sum", "group": groups.ge_group_attr(groups.stable_name_of(
+            dist.group.WORLD)), "fusion": 0}, [("y", (torch.float32, (2, 3)))])
+    shape = b.const(torch.tensor([6], dtype=torch.int64))
+    (flat,) = b.op("Reshape", [("x", ar), ("shape", shape)], {},
+                   [("y", (torch.float32, (6,)))])
+    (neg,) = b.op("Neg", [("x", x)], {}, [("y", (torch.float32, (2, 3)))],
+                  control=[ar] if control_edge else ())
+    b.net_output([flat, neg])
+    rt = ReferenceRuntime()
+    rt.load(b.model().SerializeToString())
+    value = torch.randn(2, 3)
+    flat_out, neg_out = rt.run([value])
+    assert torch.equal(flat_out, value.reshape(6)) and torch.equal(neg_out, -value)
+    lines = rt.code.splitlines()
+    finish = next(i for i, line in enumerate(lines) if "_0 = p_" in line)
+    negate = next(i for i, line in enumerate(lines) if "= k_Neg(" in line)
+    assert any("lambda _p=" in line for line in lines)  # the Reshape was folded
+    assert (finish < negate) == control_edge, rt.code

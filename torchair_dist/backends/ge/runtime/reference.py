@@ -125,6 +125,7 @@ class _Pending:
 
     def __init__(self, order: Sequence[Any]) -> None:
         self.ops: Dict[str, Tuple[List[str], str]] = {}
+        self.folded_into: Dict[str, str] = {}  # a folded pending op -> the op that holds it
         self.reads: Dict[str, int] = {}  # op name -> how many data inputs read its outputs
         for op in order:
             for inp in op.input:
@@ -149,6 +150,7 @@ class _Pending:
             return None
         done = self.ops.pop(src)[1]
         self.ops[op.name] = (outs, f"p_{ident}")
+        self.folded_into[src] = op.name  # a control edge from ``src`` still finds it
         return (f"p_{ident} = lambda _p={done}: k_{ident}({', '.join(['_p()'] + args[1:])}); "
                 f"del {done}")
 
@@ -160,8 +162,13 @@ class _Pending:
 
     def finish(self, op) -> List[str]:
         """The lines finishing the pending ops ``op`` reads (data or control edge)."""
-        srcs = dict.fromkeys(inp.rpartition(":")[0] for inp in op.input)
+        srcs = dict.fromkeys(self._holder(inp.rpartition(":")[0]) for inp in op.input)
         return [self._line(*self.ops.pop(src)) for src in srcs if src in self.ops]
+
+    def _holder(self, name: str) -> str:
+        while name in self.folded_into:
+            name = self.folded_into[name]
+        return name
 
     def finish_all(self) -> List[str]:
         lines = [self._line(*entry) for entry in self.ops.values()]
