@@ -144,7 +144,8 @@ class _Pending:
         if op.type not in _FOLDABLE or len(outs) != 1 or not op.input:
             return None
         src = op.input[0].rpartition(":")[0]
-        if (len(self.ops.get(src, ((), ""))[0]) != 1 or self.reads.get(src) != 1
+        pending = self.ops.get(src)
+        if (pending is None or len(pending[0]) != 1 or self.reads.get(src) != 1
                 or any(not a.startswith("c_") for a in args[1:])
                 or any(i.endswith(":-1") for i in op.input)):
             return None
