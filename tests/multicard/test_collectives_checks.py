@@ -261,7 +261,8 @@ def _eager_kernels(rank, ws):
     send = [2 * (rank + 1)] * ws
     recv = [2 * (r + 1) for r in range(ws)]
     disp = lambda counts: [sum(counts[:i]) for i in range(len(counts))]  # noqa: E731
-    got = td.all_to_all_v(rows, send, disp(send), recv, disp(recv), name)
+    # packed pieces run asynchronously: the result is valid after wait_tensor, as documented
+    got = fn_ops.wait_tensor(td.all_to_all_v(rows, send, disp(send), recv, disp(recv), name))
     ref = rows.new_empty((sum(recv) // 2, 2))
     dist.all_to_all_single(ref, rows, [c // 2 for c in recv], [c // 2 for c in send])
     assert torch.equal(got, ref)
