@@ -32,7 +32,12 @@ rebuild the caller's result:
 
 Load = read + verify + ``FakeTensorProp`` (re-creates ``meta['val']``) + the mode's backend
 ``compile_graph`` + the cross-rank consistency guard. Dynamo, AOT autograd, decompositions and
-the graph passes are skipped; that is the warm-start saving.
+the graph passes are skipped; that is the warm-start saving. Calls of a loaded entry skip
+Dynamo's guards and AOT's runtime wrapper too (as TorchAir's ``cache_compile`` does): the call's
+key (shapes, strides, dtypes, devices and scalar values; ``keys.fast_key`` for positional plain
+tensors and scalars, ``keys.call_key`` otherwise) picks the entry, and a flat call with a
+flat result runs a call generated for the entry (``entry._fast_call``), so a warm call costs
+the runner plus about 2 us on CPU.
 
 Key and layout (after TorchAir)::
 

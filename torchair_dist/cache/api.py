@@ -15,7 +15,7 @@ from ..configs import CompilerConfig
 from ..errors import CacheRejectedError, ConfigError
 from .entry import LoadedEntry
 from .graph_data import NotCacheableError
-from .keys import _versions, call_key, input_signature, model_key
+from .keys import _versions, call_key, fast_key, input_signature, model_key
 from .record import _cache_backend, _map_inputs, _map_outputs, _Record
 from .store import INDEX, cache_root, check_dirs, rank_dir_name, read_indexed, write_indexed
 
@@ -31,6 +31,7 @@ class CacheCompiledFunction:
         self.cache_root = cache_dir
         self.rank_dir = rank_dir
         self.loaded: Dict[tuple, Any] = {}   # call_key -> LoadedEntry | compiled function
+        self._by_fast_key: Dict[tuple, Any] = {}  # fast_key -> the same, for flat calls
         self.last_source: Optional[str] = None  # "cache" | "compiled" | "memory" (tests)
         self.rejections: List[CacheRejectedError] = []  # every refused entry, in order
         self._key: Optional[str] = None
@@ -50,9 +51,17 @@ class CacheCompiledFunction:
 
     # -- call ----------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        fast = None if kwargs else fast_key(args)
+        if fast is not None:
+            fn = self._by_fast_key.get(fast)
+            if fn is not None:
+                self.last_source = "memory"
+                return fn(args, kwargs)
         key = call_key(args, kwargs)
         fn = self.loaded.get(key)
         if fn is not None:
+            if fast is not None:
+                self._by_fast_key[fast] = fn
             self.last_source = "memory"
             return fn(args, kwargs)
         sig = input_signature(args, kwargs, key)

@@ -37,6 +37,7 @@ class LoadedEntry:
                            f"cached_{data['signature'][:8]}", is_inference=True)
         self.runner = build_runner(ctx, entry=data)  # the mode backend's load, then the check
         self.boxed = getattr(self.runner, "_boxed_call", False)
+        self.fast = _fast_call(self, args, kwargs)  # None: the general __call__ answers
 
     def _state_getter(self, name: str, local: bool):
         owner_name, _, attr = name.rpartition(".")
@@ -54,6 +55,8 @@ class LoadedEntry:
         return flat
 
     def __call__(self, args, kwargs):
+        if self.fast is not None:
+            return self.fast(args)
         flat = self._flat_inputs(args, kwargs)
         with torch.no_grad():
             outs = self.runner(flat) if self.boxed else self.runner(*flat)
@@ -70,6 +73,61 @@ class LoadedEntry:
             else:
                 result.append(_dec(spec[1], {}))
         return pytree.tree_unflatten(result, self.out_spec)
+
+
+# A call routed here has the call key this entry was built for (``keys.call_key``): the same
+# argument structure. Where that structure is flat (positional leaves, no kwargs) and the
+# result is one leaf or a tuple/list of leaves taken from the graph outputs or the arguments,
+# the call is generated as one function: no pytree walk, no context manager.
+_FAST_SOURCE = """\
+def call(args):
+    flat = [{inputs}]
+    grad = is_grad_enabled()
+    set_grad_enabled(False)
+    try:
+        outs = {run}
+    finally:
+        set_grad_enabled(grad)
+    return {result}
+"""
+
+
+def _fast_call(entry: "LoadedEntry", args, kwargs):
+    """The generated call of ``entry`` for flat calls (see ``_FAST_SOURCE``), else None."""
+    leaves = pytree.tree_leaves((args, kwargs))
+    if kwargs or len(leaves) != len(args) or any(a is not b for a, b in zip(leaves, args)):
+        return None
+    spec = entry.out_spec
+    if spec.is_leaf():
+        pattern = "{}"
+    elif spec.type in (tuple, list) and all(c.is_leaf() for c in spec.children()):
+        pattern = "({},)" if spec.type is tuple else "[{}]"
+    else:
+        return None
+    names = {"runner": entry.runner, "is_grad_enabled": torch.is_grad_enabled,
+             "set_grad_enabled": torch._C._set_grad_enabled}
+    inputs = []
+    for i, s in enumerate(entry.inputs):
+        if s[0] == "arg":
+            inputs.append(f"args[{s[1]}]")
+        elif s[0] == "state":
+            names[f"get{i}"] = entry.getters[i]
+            inputs.append(f"get{i}()")
+        else:
+            inputs.append("None")
+    outs = []
+    for s in entry.out_leaves:
+        if s[0] == "out":
+            outs.append(f"outs[{s[1]}]")
+        elif s[0] == "arg":
+            outs.append(f"args[{s[1]}]")
+        else:  # views and constants: the general path rebuilds them
+            return None
+    run = "runner(flat)" if entry.boxed else "runner(*flat)"
+    source = _FAST_SOURCE.format(inputs=", ".join(inputs), run=run,
+                                 result=pattern.format(", ".join(outs)))
+    exec(compile(source, "<torchair_dist cache entry>", "exec"), names)  # noqa: S102
+    return names["call"]
 
 
 def _checked_io(data: Dict, module, args, kwargs, gm) -> Tuple[List, List]:

@@ -82,6 +82,25 @@ def call_key(args: tuple, kwargs: dict) -> tuple:
     return tuple(key)
 
 
+_FAST_SCALARS = (bool, int, float, str, type(None))
+
+
+def fast_key(args: tuple) -> Optional[tuple]:
+    """A cheaper key for the common call (positional plain tensors and scalars): it tells
+    apart exactly the calls :func:`call_key` tells apart among those, without a pytree walk.
+    None for any other call (kwargs are the caller's check), which then takes ``call_key``."""
+    key = []
+    for x in args:
+        kind = type(x)
+        if kind is torch.Tensor:
+            key.append((x.shape, x.stride(), x.dtype, x.device))
+        elif kind in _FAST_SCALARS:
+            key.append((kind, x))
+        else:
+            return None
+    return tuple(key)
+
+
 def input_signature(args: tuple, kwargs: dict, key: Optional[tuple] = None) -> str:
     """The stable (cross-process) name of :func:`call_key`."""
     key = call_key(args, kwargs) if key is None else key
