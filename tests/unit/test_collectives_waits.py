@@ -116,3 +116,33 @@ def test_records_of_an_episode_this_rank_failed_in_are_acknowledged(store):
                                "stage": "compile", "time": 2.0}))
     with pytest.raises(PeerFailedError, match="rank 1 failed in compile: new"):
         _run(store, 0, [_wait("group:0,1", 1)])
+
+
+def test_peers_that_fail_together_are_all_named(store):
+    # rank 2 waits for ranks 0, 1 and 3; rank 0 has failed, rank 1 publishes its key, rank 3
+    # fails a moment later: the error names both failed ranks, not only the first one seen
+    _publish(store, 0, "UnsupportedOpError", "no converter for A", "compile")
+    store.set(_key("world", 1), "fp")
+
+    def late():
+        time.sleep(0.15)
+        _publish(store, 3, "UnsupportedOpError", "no converter for B", "compile")
+
+    thread = threading.Thread(target=late)
+    thread.start()
+    try:
+        with pytest.raises(PeerFailedError) as info:
+            _run(store, 2, [_wait("world", 0), _wait("world", 1), _wait("world", 3)])
+    finally:
+        thread.join()
+    assert "rank 0 failed" in str(info.value) and "rank 3 failed" in str(info.value)
+    assert "converter for A" in str(info.value) and "converter for B" in str(info.value)
+
+
+def test_a_slow_healthy_peer_delays_the_error_by_the_grace_only(store):
+    _publish(store, 0, "UnsupportedOpError", "no converter", "compile")
+    t0 = time.monotonic()
+    with pytest.raises(PeerFailedError, match="rank 0 failed") as info:
+        _run(store, 2, [_wait("world", 0), _wait("world", 1)])  # rank 1 never publishes
+    assert "rank 1" not in str(info.value)
+    assert time.monotonic() - t0 < waits.FAILED_GRACE_S + 5  # not the 20 s timeout

@@ -7,7 +7,9 @@ While waiting (:func:`wait_for`) it raises
 
 * :class:`~torchair_dist.errors.PeerFailedError` as soon as a peer whose key is missing has
   published a failure record (:mod:`.failures`) — or ``CollectiveMismatchError`` when every such
-  record is itself a mismatch: the cause is the program's, not a crash;
+  record is itself a mismatch: the cause is the program's, not a crash. The other peers still
+  missing get up to ``FAILED_GRACE_S`` (0.5 s) to publish theirs, so the error names every rank
+  that failed together;
 * :class:`~torchair_dist.errors.CollectiveMismatchError` as soon as it finds a *wait-for cycle*:
   this rank waits for a key of rank ``p1``, ``p1`` announced it waits for a missing key of
   ``p2``, ..., and the last one waits for a key of this rank. Ranks in the check publish all of
@@ -96,6 +98,22 @@ def _peer_failed(rank: int, graph_name: str, failed: Dict[int, dict]) -> Excepti
         f"rank would hang.")
 
 
+FAILED_GRACE_S = 0.5  # after a first failure record: how long the other pending peers get
+
+
+def _all_failed(store, pending: Sequence[Wait], failed: Dict[int, dict]) -> Dict[int, dict]:
+    """``failed`` plus the failure records of the other pending peers that publish one within
+    :data:`FAILED_GRACE_S`, so an error names every rank that failed together, not only the
+    first one this rank saw. Returns early once every pending peer failed or published."""
+    end = time.monotonic() + FAILED_GRACE_S
+    while True:
+        open_ = [w for w in pending if w[2] not in failed and not store.check([w[3]])]
+        if not open_ or time.monotonic() >= end:
+            return failed
+        time.sleep(0.02)
+        failed = {**failed, **failures.failed_peers({w[2] for w in open_}, store=store)}
+
+
 def _cycle_error(rank: int, graph_name: str, chain, pending: Sequence[Wait]) -> Exception:
     first = next((w for w in pending if w[2] == chain[0][0]), pending[0])
     hops = " -> ".join([f"rank {rank}"] + [f"rank {p} ({scope})" for p, scope in chain])
@@ -120,7 +138,7 @@ def wait_for(store, waits: Sequence[Wait], rank: int, graph_name: str, deadline:
             return
         failed = failures.failed_peers({w[2] for w in pending}, store=store)
         if failed:
-            raise _peer_failed(rank, graph_name, failed)
+            raise _peer_failed(rank, graph_name, _all_failed(store, pending, failed))
         if time.monotonic() - start >= CYCLE_AFTER_S:
             chain = find_cycle(store, rank, pending)
             if chain is not None and chain == suspect:
