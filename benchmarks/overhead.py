@@ -44,13 +44,13 @@ def cache_warm(module: torch.nn.Module, args, mode: str = "npugraph_ex"):
 
     cfg = torchair_dist.CompilerConfig()
     cfg.mode = mode
-    cache_dir = tempfile.mkdtemp(prefix="torchair_dist_bench_")
-    cold = torchair_dist.cache_compile(module.forward, config=cfg, cache_dir=cache_dir)
-    cold(*args)
-    warm = torchair_dist.cache_compile(module.forward, config=cfg, cache_dir=cache_dir)
-    t0 = time.perf_counter()
-    warm(*args)
-    seconds = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory(prefix="torchair_dist_bench_") as cache_dir:
+        cold = torchair_dist.cache_compile(module.forward, config=cfg, cache_dir=cache_dir)
+        cold(*args)
+        warm = torchair_dist.cache_compile(module.forward, config=cfg, cache_dir=cache_dir)
+        t0 = time.perf_counter()
+        warm(*args)  # loads the entry: later calls need nothing from the directory
+        seconds = time.perf_counter() - t0
     if warm.last_source != "cache" or warm.rejections:
         raise RuntimeError(f"cache warm: the entry did not load ({warm.last_source}, "
                            f"{warm.rejections})")

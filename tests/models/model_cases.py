@@ -263,3 +263,42 @@ def llama_cache_case(rank, world, mode, cache_dir, calls=2):
     return {"source": source, "first_s": first_s, "type": type(out).__name__,
             "dynamo_graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames,
             "diff": (out.logits - expected).abs().max().item(), "dir": fast.directory()}
+
+
+def llama_cache_flat_call_case(rank, world, mode, cache_dir, calls=3):
+    """The TP Llama behind a positional ``forward(input_ids) -> logits`` through
+    ``cache_compile``: saved by one ``cache_compile``, loaded by a second one in this process.
+    Returns whether the warm calls took the entry's generated call and the largest diff to
+    eager over ``calls`` calls with new token ids."""
+    import torchair_dist
+
+    torch.set_num_threads(1)
+    torch._dynamo.reset()
+    _, model = sharded_llama(world, num_hidden_layers=1)
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids):
+            return self.model(input_ids=input_ids, use_cache=False).logits
+
+    wrapper = Logits()
+    cfg = torchair_dist.CompilerConfig()
+    cfg.mode = mode
+    gen = torch.Generator().manual_seed(1)
+    ids = [torch.randint(0, LLAMA["vocab_size"], (2, 8), generator=gen) for _ in range(calls)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torchair_dist.cache_compile(wrapper.forward, config=cfg, cache_dir=cache_dir)(ids[0])
+        warm = torchair_dist.cache_compile(wrapper.forward, config=cfg, cache_dir=cache_dir)
+    diff, sources = 0.0, []
+    for t in ids:
+        out = warm(t).clone()
+        sources.append(warm.last_source)
+        with torch.no_grad():
+            diff = max(diff, (out - wrapper(t)).abs().max().item())
+    (entry,) = warm.loaded.values()
+    return {"sources": sources, "generated_call": getattr(entry, "fast", None) is not None,
+            "fast_keyed": len(warm._by_fast_key), "diff": diff}

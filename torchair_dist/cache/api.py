@@ -60,8 +60,8 @@ class CacheCompiledFunction:
         key = call_key(args, kwargs)
         fn = self.loaded.get(key)
         if fn is not None:
-            if fast is not None:
-                self._by_fast_key[fast] = fn
+            if fast is not None:  # a loaded entry's generated call, without its frame
+                self._by_fast_key[fast] = getattr(fn, "fast", None) or fn
             self.last_source = "memory"
             return fn(args, kwargs)
         sig = input_signature(args, kwargs, key)

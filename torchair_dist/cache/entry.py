@@ -56,7 +56,7 @@ class LoadedEntry:
 
     def __call__(self, args, kwargs):
         if self.fast is not None:
-            return self.fast(args)
+            return self.fast(args, kwargs)
         flat = self._flat_inputs(args, kwargs)
         with torch.no_grad():
             outs = self.runner(flat) if self.boxed else self.runner(*flat)
@@ -80,7 +80,7 @@ class LoadedEntry:
 # result is one leaf or a tuple/list of leaves taken from the graph outputs or the arguments,
 # the call is generated as one function: no pytree walk, no context manager.
 _FAST_SOURCE = """\
-def call(args):
+def call(args, kwargs):
     flat = [{inputs}]
     grad = is_grad_enabled()
     set_grad_enabled(False)
@@ -93,7 +93,8 @@ def call(args):
 
 
 def _fast_call(entry: "LoadedEntry", args, kwargs):
-    """The generated call of ``entry`` for flat calls (see ``_FAST_SOURCE``), else None."""
+    """The generated call of ``entry`` for flat calls (see ``_FAST_SOURCE``), else None.
+    It takes ``(args, kwargs)`` like the entry, so the caller can keep it instead."""
     leaves = pytree.tree_leaves((args, kwargs))
     if kwargs or len(leaves) != len(args) or any(a is not b for a, b in zip(leaves, args)):
         return None
