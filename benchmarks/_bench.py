@@ -13,13 +13,17 @@ import torch  # noqa: E402
 import torchair_dist  # noqa: E402
 
 
-def backends(modes=("npugraph_ex",)) -> Dict[str, object]:
-    """name -> torch.compile backend (None = eager) for the side-by-side variants."""
+def backends(modes=("npugraph_ex",), shm: bool = False) -> Dict[str, object]:
+    """name -> torch.compile backend (None = eager) for the side-by-side variants; ``shm``:
+    also each mode with ``distributed_config.cpu_shm_collectives`` ("ours:<mode>,shm")."""
     out: Dict[str, object] = {"eager": None, "aot_eager": "aot_eager", "inductor": "inductor"}
     for mode in modes:
-        cfg = torchair_dist.CompilerConfig()
-        cfg.mode = mode
-        out[f"ours:{mode}"] = torchair_dist.get_npu_backend(compiler_config=cfg)
+        for on in (False, True) if shm else (False,):
+            cfg = torchair_dist.CompilerConfig()
+            cfg.mode = mode
+            cfg.distributed_config.cpu_shm_collectives = on
+            out[f"ours:{mode}{',shm' if on else ''}"] = \
+                torchair_dist.get_npu_backend(compiler_config=cfg)
     return out
 
 

@@ -1,6 +1,7 @@
 """Side by side on the collective workloads, in one run per workload: eager, ``aot_eager``,
 ``inductor``, each torchair_dist mode, ours with overlap off (npugraph_ex and max-autotune) and
-ours with inductor kernels (plus torch's ``cudagraphs`` and inductor ``reduce-overhead`` on an NVIDIA machine).
+ours with inductor kernels, ours with ``cpu_shm_collectives`` (CPU only; plus torch's ``cudagraphs``
+and inductor ``reduce-overhead`` on an NVIDIA machine).
 
   python benchmarks/compare.py [--workloads moe,llama,decode] [--steps 200] [--world 2]
 
@@ -49,6 +50,9 @@ WORKLOADS = ("moe", "llama", "decode")
 NO_OVERLAP = "ours:npugraph_ex,overlap-off"
 GE_NO_OVERLAP = "ours:max-autotune,overlap-off"
 WITH_INDUCTOR = "ours:npugraph_ex+inductor-kernels"
+SHM = "ours:npugraph_ex,shm"            # distributed_config.cpu_shm_collectives (CPU only)
+GE_SHM = "ours:max-autotune,shm"
+OPTION_VARIANTS = (NO_OVERLAP, GE_NO_OVERLAP, SHM, GE_SHM)  # not timed through the cache
 
 
 def _setup(rank, world, port, device_type):
@@ -76,6 +80,8 @@ def our_config(name):
         cfg.distributed_config.overlap_collectives = False
     if name == WITH_INDUCTOR:
         cfg.experimental_config.inductor_kernels = True
+    if name in (SHM, GE_SHM):
+        cfg.distributed_config.cpu_shm_collectives = True
     return cfg
 
 
@@ -88,6 +94,8 @@ def variant_names(modes, device_type):
         names += [NO_OVERLAP, WITH_INDUCTOR]
     if "max-autotune" in modes:
         names.append(GE_NO_OVERLAP)
+    if device_type == "cpu":
+        names += [n for n, m in ((SHM, "npugraph_ex"), (GE_SHM, "max-autotune")) if m in modes]
     return names
 
 
@@ -167,7 +175,7 @@ def _timing(module, inputs, expected, names, args, plat):
 
 
 def cached_variants(names):
-    return [n for n in names if n.startswith("ours:") and n not in (NO_OVERLAP, GE_NO_OVERLAP)]
+    return [n for n in names if n.startswith("ours:") and n not in OPTION_VARIANTS]
 
 
 def _cache_phase(module, inputs, expected, phase, names, args, plat):

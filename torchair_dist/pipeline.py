@@ -179,6 +179,11 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("cann_aoe", "torchair_dist.backends.ge.runtime.cann_options:cann_options",
           "backend", "AOE operator tuning options", gate="aoe_config.aoe_mode",
           runs_when=_is_set, reads=_cann.CANN_AOE_READS, platforms=NPU),
+    Stage("shm_collectives", "torchair_dist.collectives.shm:rewrite_graph", "backend",
+          "the runner's all_reduce / equal-piece all_to_all exchange through shared memory "
+          "between the ranks of one host instead of gloo (the compiled graph and its cache "
+          "entry keep the original collectives)", gate="distributed_config.cpu_shm_collectives",
+          platforms=frozenset({"cpu"})),
     Stage("acl_codegen", "torchair_dist.backends.aclgraph.codegen:generate_forward", "backend",
           "a generated straight-line runner of the FX graph", dumped=True),
     Stage("acl_dump", "torchair_dist.debug:dump_fx_graph", "backend",
@@ -209,11 +214,12 @@ _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
 _SPLIT = _ENTRY.index("view_to_reshape")  # ACL modes fuse patterns before view -> reshape
 _ACL = _ENTRY[:_SPLIT] + ("pattern_fusion",) + _ENTRY[_SPLIT:] + (
     "overlap", "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "validate",
-    "fx_summary", "data_dump", "run_eagerly", "acl_codegen", "acl_dump", "inductor_kernels",
-    "value_ints", "capture", "device_capture", "consistency")
+    "fx_summary", "data_dump", "run_eagerly", "shm_collectives", "acl_codegen", "acl_dump",
+    "inductor_kernels", "value_ints", "capture", "device_capture", "consistency")
 _GE = _ENTRY + ("overlap", "constant_folding", "dead_code_elimination", "deadlock_check", "topology_sort",
                 "validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump",
-                "ge_export", "ge_run", "cann_options", "cann_dump", "cann_aoe", "consistency")
+                "ge_export", "shm_collectives", "ge_run", "cann_options", "cann_dump", "cann_aoe",
+                "consistency")
 
 
 @dataclasses.dataclass(frozen=True)

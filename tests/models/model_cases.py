@@ -53,27 +53,37 @@ def record_graphs():
     graphs.extend(op_targets(ctx.gm) for ctx in seen)
 
 
-def backend_for(mode: str):
+def backend_for(mode: str, options: Dict = {}):  # noqa: B006 - read only
+    """Our backend in ``mode`` with ``options`` ({"section.option": value}) set."""
     import torchair_dist
 
     cfg = torchair_dist.CompilerConfig()
     cfg.mode = mode
+    for path, value in options.items():
+        *sections, name = path.split(".")
+        target = cfg
+        for section in sections:
+            target = getattr(target, section)
+        setattr(target, name, value)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # reduce-overhead is deprecated
         return torchair_dist.get_npu_backend(compiler_config=cfg)
 
 
-def compile_and_compare(fn, inputs, mode: str, calls: int = 2) -> Dict:
-    """Compile ``fn`` with our backend, call it ``calls`` times on ``inputs``; compare with
-    eager ``fn`` on the same inputs."""
+def compile_and_compare(fn, inputs, mode: str, calls: int = 2, options: Dict = {},  # noqa: B006
+                        dynamic=None) -> Dict:
+    """Compile ``fn`` with our backend (``options`` set, see :func:`backend_for`), call it
+    ``calls`` times on ``inputs``; compare with eager ``fn`` on the same inputs. ``out``:
+    the last compiled output."""
     torch._dynamo.reset()
     with torch.no_grad():
         expected = fn(*inputs)
         with record_graphs() as graphs:
-            compiled = torch.compile(fn, backend=backend_for(mode), fullgraph=True)
+            compiled = torch.compile(fn, backend=backend_for(mode, options), fullgraph=True,
+                                     dynamic=dynamic)
             outs = [compiled(*inputs) for _ in range(calls)]
     diffs = [(o - expected).abs().max().item() for o in outs]
-    return {"diff": max(diffs), "graphs": graphs, "expected": expected}
+    return {"diff": max(diffs), "graphs": graphs, "expected": expected, "out": outs[-1]}
 
 
 # ------------------------------------------------------------------------- (a) HF Llama TP

@@ -140,6 +140,18 @@ SPECS: Dict[str, CollectiveSpec] = {s.op: s for s in (
     CollectiveSpec(_TD + "barrier", "barrier", 0, 1, ge_ops=("HcomAllReduce",),
                    side_effect=True,
                    schema="barrier(Tensor token, str group_name) -> Tensor"),
+    # the shared-memory twins (:mod:`.shm`): only in the runner's copy of a CPU graph with
+    # distributed_config.cpu_shm_collectives, after the check fingerprinted the original
+    CollectiveSpec(_TD + "shm_all_reduce", None, 0, 2, _REDUCE,
+                   inplace_twin=_TD + "shm_all_reduce_",
+                   schema="shm_all_reduce(Tensor input, str reduce_op, str group_name) -> Tensor"),
+    CollectiveSpec(_TD + "shm_all_reduce_", None, 0, 2, _REDUCE, inplace=True,
+                   schema="shm_all_reduce_(Tensor(a!) input, str reduce_op, str group_name) "
+                          "-> Tensor(a!)"),
+    CollectiveSpec(_TD + "shm_all_to_all_v", None, 0, 5, rank_varying_dim0=True,
+                   schema="shm_all_to_all_v(Tensor input, SymInt[] send_counts, "
+                          "SymInt[] send_displacements, SymInt[] recv_counts, "
+                          "SymInt[] recv_displacements, str group_name) -> Tensor"),
 )}
 
 # namespaces whose ops are communication: every row's, and the eager c10d ops

@@ -212,4 +212,7 @@ class DistributedConfig(ConfigBase):
             60, 1, 3600, "seconds the cross-rank check waits for the other ranks")
         self.overlap_collectives = BoolOption(
             True, "schedule collectives early and their waits late")
+        self.cpu_shm_collectives = BoolOption(
+            False, "on CPU, run the graph's all_reduce and equal-piece all_to_all over shared "
+            "memory when every rank of the group is on this host (else gloo, with a warning)")
         self._freeze()

@@ -144,8 +144,10 @@ class AclGraphBackend(Backend):
     name = "aclgraph"
 
     def compile(self, ctx: GraphContext):
+        from ...collectives import shm
         from . import inductor_kernels
 
+        ctx = shm.for_runner(ctx)
         if inductor_kernels.enabled_for(ctx):
             return inductor_kernels.compile_graph(ctx)
         return compile_graph(ctx)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ....collectives import groups
+from ....collectives import groups, shm
 from .kernels import ints, kernel
 from .opspec import GeRuntimeError, OpSpec
 
@@ -42,12 +42,27 @@ def _done(work, y):
     return done
 
 
+def _finished(y):
+    return lambda: y
+
+
+def _shm_group(spec: OpSpec):
+    """The group name for the shared-memory transport, None when this graph does not use it
+    (``distributed_config.cpu_shm_collectives`` off, or a device graph)."""
+    if not spec.state.get("shm") or spec.state["device"].type != "cpu":
+        return None
+    return groups.stable_name_of(_group(spec))
+
+
 @kernel("HcomAllReduce", asynchronous=True)
 def _all_reduce(spec: OpSpec):
     pg, op = _group(spec), _reduce_op(spec)
+    via_shm = _shm_group(spec) if spec.attr("reduction") in shm.REDUCE_OPS else None
 
     def run(x):
         y = x.clone(memory_format=torch.contiguous_format)
+        if via_shm is not None:
+            return _finished(shm.all_reduce_(y, spec.attr("reduction"), via_shm))
         return _done(dist.all_reduce(y, op, group=pg, async_op=True), y)
     return run
 
@@ -92,9 +107,13 @@ def _broadcast(spec: OpSpec):
 
 @kernel("HcomAllToAll", asynchronous=True)
 def _all_to_all(spec: OpSpec):
-    pg = _group(spec)
+    pg, via_shm = _group(spec), _shm_group(spec)
 
     def run(x):
+        if via_shm is not None:
+            n = x.numel() // pg.size()
+            return _finished(shm.all_to_all_v(x, [n] * pg.size(), [i * n for i in range(
+                pg.size())], [n] * pg.size(), [i * n for i in range(pg.size())], via_shm))
         x = x.contiguous()
         y = torch.empty_like(x)
         return _done(dist.all_to_all_single(y, x, group=pg, async_op=True), y)
@@ -104,10 +123,12 @@ def _all_to_all(spec: OpSpec):
 @kernel("HcomAllToAllV", asynchronous=True)
 def _all_to_all_v(spec: OpSpec):
     """Counts and displacements are in elements of the flattened send/receive buffers."""
-    pg = _group(spec)
+    pg, via_shm = _group(spec), _shm_group(spec)
 
     def run(x, send_counts, send_displs, recv_counts, recv_displs):
         sc, sd, rc, rd = ints(send_counts), ints(send_displs), ints(recv_counts), ints(recv_displs)
+        if via_shm is not None:
+            return _finished(shm.all_to_all_v(x, sc, sd, rc, rd, via_shm).reshape(-1))
         flat = x.reshape(-1)
         if all(d == sum(sc[:i]) for i, d in enumerate(sd)):
             send = flat[:sum(sc)]  # pieces back to back (every decomposition): no gather copy

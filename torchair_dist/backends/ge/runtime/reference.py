@@ -50,9 +50,11 @@ class ReferenceRuntime(GeRuntime):
 
     name = "reference"
 
-    def __init__(self, device: "torch.device | str | None" = None, overlap: bool = True) -> None:
+    def __init__(self, device: "torch.device | str | None" = None, overlap: bool = True,
+                 shm: bool = False) -> None:
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.overlap = overlap
+        self.shm = shm
         self.code = ""
         self.model = None
         self._fn = None
@@ -66,7 +68,7 @@ class ReferenceRuntime(GeRuntime):
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         with unset_fake_temporarily():
-            self.code, scope = generate(model, self.device, self.overlap)
+            self.code, scope = generate(model, self.device, self.overlap, self.shm)
         exec(compile(self.code, f"<ge_graph {model.graph[0].name}>", "exec"), scope)
         self._fn = scope["ge_graph"]
 
@@ -177,10 +179,13 @@ class _Pending:
         return lines
 
 
-def generate(model: ModelDef, device: torch.device = torch.device("cpu"), overlap: bool = True):
+def generate(model: ModelDef, device: torch.device = torch.device("cpu"), overlap: bool = True,
+             shm: bool = False):
     """(source code, globals) of the straight-line function for ``model.graph[0]``.
 
-    ``overlap=False``: every asynchronous op is finished right after it is issued.
+    ``overlap=False``: every asynchronous op is finished right after it is issued. ``shm``:
+    the Hcom kernels exchange CPU tensors through shared memory where they can
+    (``distributed_config.cpu_shm_collectives``).
 
     Const values live on ``device`` (the device of the graph inputs); kernels also see a CPU
     copy of every Const to bake index inputs (shapes, axes, perms) in at load time."""
@@ -190,7 +195,7 @@ def generate(model: ModelDef, device: torch.device = torch.device("cpu"), overla
     consts: Dict[str, torch.Tensor] = {}
     var: Dict[str, str] = {}   # "op:i" -> Python variable
     lines: List[str] = []
-    state: Dict[str, Any] = {"device": device}  # shared by the kernels of this graph
+    state: Dict[str, Any] = {"device": device, "shm": shm}  # shared by the graph's kernels
     last_use: Dict[str, int] = {}
     order = schedule(graph)
     for pos, op in enumerate(order):

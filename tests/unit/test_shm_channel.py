@@ -1,0 +1,137 @@
+"""The shared-memory transport (``torchair_dist.collectives.shm``) in one process: two
+:class:`Channel` objects over one anonymous mapping play two ranks on two threads; a peer that
+has exited or never arrives is named; the graph rewrite points exactly the covered collectives
+at the transport."""
+import mmap
+import os
+import subprocess
+import sys
+import threading
+
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
+import pytest
+import torch
+
+from torchair_dist.collectives import shm
+from torchair_dist.errors import CollectiveFaultError
+
+
+def _pair(world=2, slot=256, pids=None):
+    mm = mmap.mmap(-1, shm.segment_bytes(world, slot))
+    chans = [shm.Channel(mm, r, world, list(range(world)), "test", slot) for r in range(world)]
+    for r, pid in enumerate(pids or [os.getpid()] * world):
+        chans[0]._words[chans[0]._pid_at[r]] = pid
+    return chans
+
+
+def _on_threads(fns):
+    out, errors = [None] * len(fns), []
+
+    def run(i):
+        try:
+            out[i] = fns[i]()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("numel", [5, 64, 1000], ids=["tiny", "one-slot", "chunked"])
+def test_all_reduce_equals_the_sum_on_both_ranks(dtype, numel):
+    chans = _pair(slot=256)
+    xs = [torch.arange(numel).to(dtype) * (r + 1) - 3 for r in range(2)]
+    want = xs[0] + xs[1]
+    outs = _on_threads([lambda r=r: chans[r].all_reduce_(xs[r].clone(), "sum")
+                        for r in range(2)])
+    for out in outs:
+        assert torch.equal(out, want)
+    assert chans[0].seq == chans[1].seq == -(-numel * xs[0].element_size() // 256)
+
+
+def test_max_and_a_non_contiguous_input_written_back():
+    chans = _pair()
+    base = [torch.randn(6, 4, generator=torch.Generator().manual_seed(r)) for r in range(2)]
+    views = [b.t() for b in base]                       # non-contiguous
+    want = torch.maximum(views[0], views[1])
+    _on_threads([lambda r=r: chans[r].all_reduce_(views[r], "max") for r in range(2)])
+    for v in views:
+        assert torch.equal(v, want)                      # written into the caller's tensor
+
+
+@pytest.mark.parametrize("rows", [4, 200], ids=["one-exchange", "chunked"])
+def test_all_to_all_equal_pieces(rows):
+    chans = _pair(slot=256)
+    xs = [torch.arange(rows * 3, dtype=torch.float32).view(rows, 3) + 1000 * r for r in range(2)]
+    outs = _on_threads([lambda r=r: chans[r].all_to_all(xs[r], True) for r in range(2)])
+    half = rows // 2
+    for r, out in enumerate(outs):
+        assert torch.equal(out, torch.cat([xs[0][r * half:(r + 1) * half],
+                                           xs[1][r * half:(r + 1) * half]]))
+
+
+def test_all_to_all_vote_sends_every_rank_to_gloo():
+    """One rank not eligible: both get None (both callers then use gloo)."""
+    chans = _pair()
+    xs = [torch.ones(4, 2), torch.ones(4, 2)]
+    outs = _on_threads([lambda: chans[0].all_to_all(xs[0], True),
+                        lambda: chans[1].all_to_all(xs[1], False)])
+    assert outs == [None, None]
+    # and the next exchange still works
+    outs = _on_threads([lambda r=r: chans[r].all_reduce_(torch.ones(3), "sum") for r in range(2)])
+    assert all(torch.equal(o, torch.full((3,), 2.0)) for o in outs)
+
+
+def test_a_peer_whose_process_exited_is_named_at_once():
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    chans = _pair(pids=[os.getpid(), dead.pid])
+    with pytest.raises(CollectiveFaultError, match=rf"rank 1 .*pid {dead.pid}\) has exited"):
+        chans[0].all_reduce_(torch.ones(4), "sum")
+
+
+def test_a_peer_that_never_arrives_is_named_after_the_timeout():
+    chans = _pair()
+    chans[0].timeout = 0.3
+    with pytest.raises(CollectiveFaultError, match=r"rank 1 never reached it: it did not "
+                                                   r"arrive within 0.3 s"):
+        chans[0].all_reduce_(torch.ones(4), "sum")
+
+
+# -- the graph rewrite -----------------------------------------------------------------------
+def _graph(reduce_op="sum", device="cpu"):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    with FakeTensorMode() as mode:
+        x.meta["val"] = mode.from_tensor(torch.empty(4, device=device))
+    c10d = torch.ops._c10d_functional
+    ar = g.call_function(c10d.all_reduce_.default, (x, reduce_op, "0"))
+    w = g.call_function(c10d.wait_tensor.default, (ar,))
+    g.output(g.call_function(torch.ops.aten.add.Tensor, (w, 1)))
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+def _targets(gm):
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def test_rewrite_points_the_all_reduce_at_the_transport_and_drops_its_wait():
+    gm = _graph()
+    assert shm.rewrite_graph(gm) == 1
+    assert _targets(gm) == ["torchair_dist.shm_all_reduce_.default", "aten.add.Tensor"]
+
+
+def test_rewrite_leaves_what_the_transport_does_not_cover():
+    gm = _graph(reduce_op="avg")
+    assert shm.rewrite_graph(gm) == 0
+    assert "_c10d_functional.wait_tensor.default" in _targets(gm)
+    gm = _graph(device="meta")
+    assert shm.rewrite_graph(gm) == 0
