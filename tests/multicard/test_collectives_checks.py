@@ -164,7 +164,7 @@ def test_check_switch_and_cost(ranks2):
 
 
 # ------------------------------------------------------------------------------------ faults
-def _killed_rank(rank, ws):
+def _killed_rank(rank, ws, shm=False):
     import torch
     import torch.distributed as dist
 
@@ -174,7 +174,7 @@ def _killed_rank(rank, ws):
         dist.all_reduce(x)
         return x + 1
     torch._dynamo.reset()
-    compiled = _compile(fn)
+    compiled = _compile(fn, **{"distributed_config.cpu_shm_collectives": shm})
     for step in range(3):
         compiled(torch.ones(4))
     if rank == 1:
@@ -188,7 +188,7 @@ def _killed_rank(rank, ws):
     return None, "no error", time.monotonic() - t0
 
 
-def _stopped_rank(rank, ws):
+def _stopped_rank(rank, ws, shm=False):
     import torch
     import torch.distributed as dist
 
@@ -198,7 +198,7 @@ def _stopped_rank(rank, ws):
         dist.all_reduce(x)
         return x + 1
     torch._dynamo.reset()
-    compiled = _compile(fn)
+    compiled = _compile(fn, **{"distributed_config.cpu_shm_collectives": shm})
     compiled(torch.ones(4))
     store = dist.distributed_c10d._get_default_store()
     store.set(f"fault_pid_{rank}", str(os.getpid()))
@@ -216,28 +216,32 @@ def _stopped_rank(rank, ws):
     return result
 
 
-@pytest.fixture(scope="module")
-def fault_pool(rank_pool):
-    return rank_pool(2, pg_timeout_s=PG_TIMEOUT_S)
-
-
-def test_killed_rank_fails_the_survivor_fast(fault_pool):
+@pytest.mark.parametrize("shm", [False, True], ids=["gloo", "shm"])
+def test_killed_rank_fails_the_survivor_fast(rank_pool, shm):
+    pool = rank_pool(2, pg_timeout_s=PG_TIMEOUT_S)
     with pytest.raises(RankFailure) as info:
-        fault_pool.run(_killed_rank, timeout=60, failure_grace=PG_TIMEOUT_S + 20)
+        pool.run(_killed_rank, shm, timeout=60, failure_grace=PG_TIMEOUT_S + 20)
     assert info.value.per_rank[1] == "died (exit code -9)"
     kind, msg, seconds = info.value.results[0]
     assert kind == "CollectiveFaultError", msg
     assert "rank 0: a collective of graph_" in msg and "all_reduce" in msg, msg
     assert seconds < PG_TIMEOUT_S + 5
+    if shm:  # the transport looks at a late peer's process every 0.2 s
+        assert "rank 1 never reached it: its process" in msg and "has exited" in msg, msg
+        assert seconds < 2, seconds
 
 
-def test_stopped_rank_fails_the_survivor_within_pg_timeout(fault_pool):
-    results = fault_pool.run(_stopped_rank, timeout=60)
+@pytest.mark.parametrize("shm", [False, True], ids=["gloo", "shm"])
+def test_stopped_rank_fails_the_survivor_within_pg_timeout(rank_pool, shm):
+    pool = rank_pool(2, pg_timeout_s=PG_TIMEOUT_S)
+    results = pool.run(_stopped_rank, shm, timeout=60)
     kind, msg, seconds = results[0]
     assert kind == "CollectiveFaultError", msg
     assert seconds < PG_TIMEOUT_S + 10, seconds
+    if shm:
+        assert f"did not arrive within {PG_TIMEOUT_S:g} s (the group timeout" in msg, msg
     assert results[1] == "resumed"
-    fault_pool.shutdown(kill=True)  # the process group is broken now
+    pool.shutdown(kill=True)  # the process group is broken now
 
 
 # ------------------------------------------------------------------------ eager op kernels

@@ -12,7 +12,7 @@ import pytest
 ATOL = 1e-5
 
 
-def _moe_tp_case(rank, world, inductor_kernels):
+def _moe_tp_case(rank, world, inductor_kernels, shm=False):
     import os
 
     import torch
@@ -44,6 +44,10 @@ def _moe_tp_case(rank, world, inductor_kernels):
     cfg = torchair_dist.CompilerConfig()
     cfg.mode = "npugraph_ex"
     cfg.experimental_config.inductor_kernels = inductor_kernels
+    cfg.distributed_config.cpu_shm_collectives = shm
+    from torchair_dist.collectives import groups, shm as transport
+
+    before = transport.exchanges(groups.stable_name_of(None)) or 0
     compiled = torch.compile(block, backend=torchair_dist.get_npu_backend(compiler_config=cfg),
                              fullgraph=True)
     metrics.reset()
@@ -53,7 +57,8 @@ def _moe_tp_case(rank, world, inductor_kernels):
             x = torch.randn(t * world, d, generator=g)
             diffs.append((compiled(x) - block(x)).abs().max().item())
     return {"diffs": diffs, "graphs": [op_targets(ctx.gm) for ctx in graphs],
-            "kernels": metrics.generated_kernel_count}
+            "kernels": metrics.generated_kernel_count,
+            "exchanges": (transport.exchanges(groups.stable_name_of(None)) or 0) - before}
 
 
 def test_inductor_kernels_two_ranks_equal_eager_and_keep_our_collectives(ranks2):
@@ -73,3 +78,13 @@ def test_inductor_kernels_off_generates_no_kernel(ranks2):
     for rank, r in enumerate(results):
         assert r["diffs"] == [0.0] * 3, f"rank {rank}: {r['diffs']}"
         assert r["kernels"] == 0, f"rank {rank}: {r['kernels']} kernels without the option"
+
+
+def test_inductor_kernels_with_shared_memory_collectives(ranks2):
+    """Both options: inductor compiles the runner's copy of the graph, whose all_reduce is the
+    functional shared-memory op (inductor cannot call one that returns its mutated input)."""
+    results = ranks2.run(_moe_tp_case, True, True, timeout=300)
+    for rank, r in enumerate(results):
+        assert max(r["diffs"]) <= ATOL, f"rank {rank}: {r['diffs']}"
+        assert r["kernels"] > 0, f"rank {rank}: inductor generated no kernel"
+        assert r["exchanges"] == 9, f"rank {rank}: {r['exchanges']} exchanges (3 calls x 3)"

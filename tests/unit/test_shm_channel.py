@@ -135,3 +135,25 @@ def test_rewrite_leaves_what_the_transport_does_not_cover():
     assert "_c10d_functional.wait_tensor.default" in _targets(gm)
     gm = _graph(device="meta")
     assert shm.rewrite_graph(gm) == 0
+
+
+def test_a_vote_is_read_as_cast_even_when_the_peer_already_votes_on_the_next_exchange():
+    """Rank 0 finishes an eligible all_to_all and votes "no" on the next one while rank 1 is
+    still between publishing and reading the first vote: rank 1 must still see "yes"."""
+    import time
+
+    chans = _pair()
+    slow = chans[1]._publish_and_wait
+
+    def late_reader():
+        bank = slow()
+        time.sleep(0.3)   # rank 0 meanwhile votes on the next exchange
+        return bank
+    chans[1]._publish_and_wait = late_reader
+    xs = [torch.arange(4.0) + 10 * r for r in range(2)]
+    outs = _on_threads([
+        lambda: (chans[0].all_to_all(xs[0], True), chans[0].all_to_all(xs[0], False)),
+        lambda: (chans[1].all_to_all(xs[1], True), chans[1].all_to_all(xs[1], True))])
+    assert torch.equal(outs[0][0], torch.tensor([0.0, 1.0, 10.0, 11.0]))
+    assert torch.equal(outs[1][0], torch.tensor([2.0, 3.0, 12.0, 13.0]))
+    assert outs[0][1] is None and outs[1][1] is None

@@ -321,6 +321,12 @@ def _option(config, name: str, default):
 
 
 def _is_comm_failure(exc: BaseException) -> bool:
+    """A transport error (gloo/NCCL/HCCL, or the shared-memory transport's own fault):
+    reported with the graph's collectives. Our other errors pass through as they are."""
+    if isinstance(exc, CollectiveFaultError):
+        return True
+    if isinstance(exc, TorchairDistError):
+        return False
     if isinstance(exc, (getattr(dist, "DistError", ()),)):
         return True
     text = str(exc)
@@ -371,7 +377,7 @@ def guard_first_run(runner, ctx: GraphContext):
         try:
             return call(args)
         except (RuntimeError, TimeoutError) as exc:
-            if isinstance(exc, TorchairDistError) or not _is_comm_failure(exc):
+            if not _is_comm_failure(exc):
                 failures.publish(exc, "the first run", ctx.graph_name)
                 raise
             raise fault(exc) from exc
@@ -382,7 +388,7 @@ def guard_first_run(runner, ctx: GraphContext):
         try:
             return call(args)
         except (RuntimeError, TimeoutError) as exc:
-            if isinstance(exc, TorchairDistError) or not _is_comm_failure(exc):
+            if not _is_comm_failure(exc):
                 raise
             raise fault(exc) from exc
 

@@ -48,6 +48,7 @@ from typing import Dict, List, Optional
 
 import torch
 import torch.distributed as dist
+from torch.distributed import distributed_c10d as _c10d
 
 from ..errors import CollectiveFaultError, PeerFailedError
 from . import failures, groups
@@ -60,7 +61,7 @@ SLOT_BYTES = int(os.environ.get("TORCHAIR_DIST_SHM_SLOT_BYTES", 1 << 20))
 TIMEOUT_ENV = "TORCHAIR_DIST_SHM_TIMEOUT"
 _LINE = 64                     # one cache line per rank's sequence number
 _MAGIC = 0x7464736d            # "tdsm"
-_NONCE_AT = 3                  # rank 0's line: seq, pid, vote, then the setup nonce
+_NONCE_AT = 4                  # rank 0's line: seq, pid, two votes, then the setup nonce
 DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
                     torch.uint8, torch.int16, torch.int32, torch.int64})
 REDUCE_OPS = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum,
@@ -101,7 +102,9 @@ class Channel:
         self._words = memoryview(mm).cast("q")          # int64 view of the whole segment
         self._seq_at = [r * _LINE // 8 for r in range(world)]
         self._pid_at = [r * _LINE // 8 + 1 for r in range(world)]
-        self._vote_at = [r * _LINE // 8 + 2 for r in range(world)]
+        # one vote word per bank: a rank that already votes on the next exchange must not
+        # change the vote a slower peer is still reading
+        self._vote_at = [[r * _LINE // 8 + 2 + b for r in range(world)] for b in range(2)]
         header = world * _LINE
         data = torch.frombuffer(mm, dtype=torch.uint8)[header:]
         self._banks = [data[b * world * slot:(b + 1) * world * slot].view(world, slot)
@@ -192,14 +195,15 @@ class Channel:
         start = 0
         while True:
             n = min(step, count - start)
-            bank = self._banks[(self.seq + 1) & 1]
+            parity = (self.seq + 1) & 1
+            bank = self._banks[parity]
             if eligible:
                 bank[self.rank, :world * n * es].view(x.dtype).view(world, n).copy_(
                     src[:, start:start + n])
-            self._words[self._vote_at[self.rank]] = 1 if eligible else 0
+            self._words[self._vote_at[parity][self.rank]] = 1 if eligible else 0
             bank = self._publish_and_wait()
             if start == 0:
-                if not all(self._words[at] for at in self._vote_at):
+                if not all(self._words[at] for at in self._vote_at[parity]):
                     return None
                 out = torch.empty_like(x, memory_format=torch.contiguous_format)
                 dst = out.view(world, -1)
@@ -221,10 +225,10 @@ _by_group: Dict[str, tuple] = {}   # stable group name -> (process group, channe
 def channel(group_name: str) -> Optional[Channel]:
     """The group's channel, set up on first use through the group (every rank of it must call
     this at the same point, as a collective); None when the group stays on gloo."""
-    pg = groups.to_process_group(group_name)
     known = _channels.get(group_name)
-    if known is not None and known[0] is pg:
+    if known is not None and known[0] in _c10d._world.pg_map:  # its group is still alive
         return known[1]
+    pg = groups.to_process_group(group_name)
     name = groups.stable_name_of(pg)
     made = _by_group.get(name)
     if made is None or made[0] is not pg:
@@ -370,10 +374,13 @@ def enabled(config) -> bool:
     return bool(config.get(OPTION))
 
 
-def rewrite_graph(gm: torch.fx.GraphModule) -> int:
+def rewrite_graph(gm: torch.fx.GraphModule, functional: bool = False) -> int:
     """Point the CPU collectives of ``gm`` that the transport covers at it, in place: the
     op becomes its ``torchair_dist::shm_*`` twin (same arguments, a finished result) and its
-    ``wait_tensor`` goes. Returns how many were rewritten."""
+    ``wait_tensor`` goes. ``functional``: an in-place all_reduce becomes the functional twin
+    (inductor cannot call an op that returns its mutated input; the re-inplacing pass only
+    made it in place because nothing reads the input afterwards). Returns how many were
+    rewritten."""
     from ..util import op_name
 
     done = 0
@@ -389,6 +396,8 @@ def rewrite_graph(gm: torch.fx.GraphModule) -> int:
             continue
         if twin != "shm_all_to_all_v" and node.args[1] not in REDUCE_OPS:
             continue
+        if functional and twin == "shm_all_reduce_":
+            twin = "shm_all_reduce"
         node.target = getattr(torch.ops.torchair_dist, twin).default
         for user in list(node.users):
             if user.op == "call_function" and op_name(user.target) == \
@@ -401,10 +410,11 @@ def rewrite_graph(gm: torch.fx.GraphModule) -> int:
     return done
 
 
-def for_runner(ctx):
+def for_runner(ctx, functional: bool = False):
     """``ctx`` with a rewritten copy of its graph when the option is on and this is a CPU
     process; ``ctx`` itself otherwise (and when nothing in the graph is covered). The
-    original graph stays what the cross-rank check, the cache and export see."""
+    original graph stays what the cross-rank check, the cache and export see.
+    ``functional``: see :func:`rewrite_graph` (inductor compiles the graph)."""
     import copy
     import dataclasses
 
@@ -413,7 +423,7 @@ def for_runner(ctx):
     if not enabled(ctx.config) or _platform.current().name != "cpu":
         return ctx
     gm = torch.fx.GraphModule(ctx.gm, copy.deepcopy(ctx.gm.graph))
-    n = rewrite_graph(gm)
+    n = rewrite_graph(gm, functional)
     if not n:
         return ctx
     log.debug("%s: %d collective(s) exchange through shared memory", ctx.graph_name, n)

@@ -147,10 +147,9 @@ class AclGraphBackend(Backend):
         from ...collectives import shm
         from . import inductor_kernels
 
-        ctx = shm.for_runner(ctx)
         if inductor_kernels.enabled_for(ctx):
-            return inductor_kernels.compile_graph(ctx)
-        return compile_graph(ctx)
+            return inductor_kernels.compile_graph(shm.for_runner(ctx, functional=True))
+        return compile_graph(shm.for_runner(ctx))
 
 
 BACKEND = AclGraphBackend()
