@@ -13,16 +13,17 @@ import torch  # noqa: E402
 import torchair_dist  # noqa: E402
 
 
-def backends(modes=("npugraph_ex",), shm: bool = False) -> Dict[str, object]:
-    """name -> torch.compile backend (None = eager) for the side-by-side variants; ``shm``:
-    also each mode with ``distributed_config.cpu_shm_collectives`` ("ours:<mode>,shm")."""
+def backends(modes=("npugraph_ex",), gloo: bool = False) -> Dict[str, object]:
+    """name -> torch.compile backend (None = eager) for the side-by-side variants; ``gloo``:
+    also each mode with ``distributed_config.cpu_shm_collectives=False`` ("ours:<mode>,gloo":
+    the collectives on gloo, like eager's)."""
     out: Dict[str, object] = {"eager": None, "aot_eager": "aot_eager", "inductor": "inductor"}
     for mode in modes:
-        for on in (False, True) if shm else (False,):
+        for shm in (True, False) if gloo else (True,):
             cfg = torchair_dist.CompilerConfig()
             cfg.mode = mode
-            cfg.distributed_config.cpu_shm_collectives = on
-            out[f"ours:{mode}{',shm' if on else ''}"] = \
+            cfg.distributed_config.cpu_shm_collectives = shm
+            out[f"ours:{mode}{'' if shm else ',gloo'}"] = \
                 torchair_dist.get_npu_backend(compiler_config=cfg)
     return out
 

@@ -1,7 +1,8 @@
 """Side by side on the collective workloads, in one run per workload: eager, ``aot_eager``,
 ``inductor``, each torchair_dist mode, ours with overlap off (npugraph_ex and max-autotune) and
-ours with inductor kernels, ours with ``cpu_shm_collectives`` (CPU only; plus torch's ``cudagraphs``
-and inductor ``reduce-overhead`` on an NVIDIA machine).
+ours with inductor kernels, ours with ``cpu_shm_collectives=False`` (",gloo": CPU only; every other
+variant of ours uses the shared-memory transport there; plus torch's ``cudagraphs`` and inductor
+``reduce-overhead`` on an NVIDIA machine).
 
   python benchmarks/compare.py [--workloads moe,llama,decode] [--steps 200] [--world 2]
 
@@ -50,9 +51,11 @@ WORKLOADS = ("moe", "llama", "decode")
 NO_OVERLAP = "ours:npugraph_ex,overlap-off"
 GE_NO_OVERLAP = "ours:max-autotune,overlap-off"
 WITH_INDUCTOR = "ours:npugraph_ex+inductor-kernels"
-SHM = "ours:npugraph_ex,shm"            # distributed_config.cpu_shm_collectives (CPU only)
-GE_SHM = "ours:max-autotune,shm"
-OPTION_VARIANTS = (NO_OVERLAP, GE_NO_OVERLAP, SHM, GE_SHM)  # not timed through the cache
+# distributed_config.cpu_shm_collectives=False: collectives on gloo like eager's (CPU only;
+# the other variants use the shared-memory transport, the default on CPU)
+GLOO = "ours:npugraph_ex,gloo"
+GE_GLOO = "ours:max-autotune,gloo"
+OPTION_VARIANTS = (NO_OVERLAP, GE_NO_OVERLAP, GLOO, GE_GLOO)  # not timed through the cache
 
 
 def _setup(rank, world, port, device_type):
@@ -80,8 +83,8 @@ def our_config(name):
         cfg.distributed_config.overlap_collectives = False
     if name == WITH_INDUCTOR:
         cfg.experimental_config.inductor_kernels = True
-    if name in (SHM, GE_SHM):
-        cfg.distributed_config.cpu_shm_collectives = True
+    if name in (GLOO, GE_GLOO):
+        cfg.distributed_config.cpu_shm_collectives = False
     return cfg
 
 
@@ -95,7 +98,7 @@ def variant_names(modes, device_type):
     if "max-autotune" in modes:
         names.append(GE_NO_OVERLAP)
     if device_type == "cpu":
-        names += [n for n, m in ((SHM, "npugraph_ex"), (GE_SHM, "max-autotune")) if m in modes]
+        names += [n for n, m in ((GLOO, "npugraph_ex"), (GE_GLOO, "max-autotune")) if m in modes]
     return names
 
 

@@ -6,8 +6,8 @@
    breakdown (our runner alone vs the whole call: Dynamo guards + AOT's runtime wrapper);
 2. a tensor-parallel MLP on ``--world`` gloo ranks (column- then row-parallel linear with
    ``dist.all_reduce``), every rank timing every variant in interleaved blocks; our modes
-   with and without ``distributed_config.cpu_shm_collectives`` (",shm": the graph's
-   all_reduce goes through shared memory instead of gloo; eager stays on gloo).
+   with the shared-memory transport (the default on CPU) and without it (",gloo":
+   ``distributed_config.cpu_shm_collectives=False``, the all_reduce on gloo like eager's).
 Prints median per-call latency, the ratio to eager and to inductor, and compile time.
 
 Both also time ``ours:cache warm``: the module through ``torchair_dist.cache_compile``, compiled
@@ -143,7 +143,7 @@ def _tp_rank(rank: int, world: int, port: int, steps: int) -> None:
             dist.all_reduce(h)
             return h
 
-    compiled = compile_variants(mlp, (x,), backends(("npugraph_ex", "max-autotune"), shm=True),
+    compiled = compile_variants(mlp, (x,), backends(("npugraph_ex", "max-autotune"), gloo=True),
                                 barrier=dist.barrier)
     compiled["ours:cache warm"] = cache_warm(MLP(), (x,))
     med = interleaved_medians({k: (lambda f=f: f(x)) for k, (f, _) in compiled.items()}, steps,

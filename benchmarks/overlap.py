@@ -14,7 +14,8 @@ Variants: ``eager``, ``overlap off`` and ``overlap on`` (mode ``npugraph_ex``, t
 difference being ``distributed_config.overlap_collectives``). Reported: median step latency over
 ``--steps`` timed steps (after warm-up; the three variants take turns step by step so that other
 load on the machine hits them alike) on rank 0, ratios, and the first call (compile) time. gloo runs collectives on its own
-threads, so the overlap is real on CPU.
+threads, so the overlap is real on CPU; the compiled variants keep their collectives on gloo
+(``cpu_shm_collectives=False``), as the shared-memory transport is synchronous.
 
 Usage::
 
@@ -81,6 +82,9 @@ def _variant(fn, variant):
     cfg = torchair_dist.CompilerConfig()
     cfg.mode = "npugraph_ex"
     cfg.distributed_config.overlap_collectives = variant == "overlap on"
+    # gloo's asynchronous collectives are what overlap can hide; the shared-memory transport
+    # (the CPU default) is synchronous and much faster, which would measure something else
+    cfg.distributed_config.cpu_shm_collectives = False
     decomps = {}
     if NATIVE_A2A:
         # keep torch's asynchronous all_to_all_single instead of the default decomposition

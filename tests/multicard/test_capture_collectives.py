@@ -37,6 +37,9 @@ def _record_case(rank, world):
 
         cfg = torchair_dist.CompilerConfig()
         cfg.mode = "npugraph_ex"
+        # torch's own c10d ops are what this test records (the shared-memory transport would
+        # replace the all_reduce with its own op; test_shm_collectives covers that)
+        cfg.distributed_config.cpu_shm_collectives = False
         f = torch.compile(step, backend=torchair_dist.get_npu_backend(compiler_config=cfg),
                           fullgraph=True)
         ok = []

@@ -5,7 +5,7 @@ import pytest
 MODES = ["npugraph_ex", "reduce-overhead"]
 
 
-def _tp_mlp_case(rank, world, mode, emulate, dynamic):
+def _tp_mlp_case(rank, world, mode, emulate, dynamic, shm=None):
     import os
     import warnings
 
@@ -35,6 +35,8 @@ def _tp_mlp_case(rank, world, mode, emulate, dynamic):
     with record_graphs() as graphs:
         cfg = torchair_dist.CompilerConfig()
         cfg.mode = mode
+        if shm is not None:  # else the default
+            cfg.distributed_config.cpu_shm_collectives = shm
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             backend = torchair_dist.get_npu_backend(compiler_config=cfg)
@@ -59,9 +61,15 @@ def test_tp_mlp_two_ranks(ranks2, mode, emulate, dynamic):
         assert "_c10d_functional.wait_tensor.default" in ops
 
 
+@pytest.mark.parametrize("shm", [False, True], ids=["gloo", "shm"])
 @pytest.mark.parametrize("mode", MODES)
-def test_tp_mlp_four_ranks(ranks4, mode):
-    results = ranks4.run(_tp_mlp_case, mode, True, False)
+def test_tp_mlp_four_ranks(ranks4, mode, shm):
+    """gloo: exact. The shared-memory transport adds the 4 partial sums in rank order, gloo's
+    ring in another: 1e-5 (3.8e-6 and 7.6e-6 observed on outputs of magnitude ~10)."""
+    results = ranks4.run(_tp_mlp_case, mode, True, False, shm)
     for rank, r in enumerate(results):
-        assert r["diffs"] == [0.0] * 3, f"rank {rank}: {r['diffs']}"
+        if shm:
+            assert max(r["diffs"]) <= 1e-5, f"rank {rank}: {r['diffs']}"
+        else:
+            assert r["diffs"] == [0.0] * 3, f"rank {rank}: {r['diffs']}"
         assert len(r["graphs"]) == 1

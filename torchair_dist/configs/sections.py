@@ -213,6 +213,7 @@ class DistributedConfig(ConfigBase):
         self.overlap_collectives = BoolOption(
             True, "schedule collectives early and their waits late")
         self.cpu_shm_collectives = BoolOption(
-            False, "on CPU, run the graph's all_reduce and equal-piece all_to_all over shared "
-            "memory when every rank of the group is on this host (else gloo, with a warning)")
+            True, "on CPU, run the graph's all_reduce and equal-piece all_to_all over shared "
+            "memory when every rank of the group is on this host (else gloo, with a warning); "
+            "False: gloo")
         self._freeze()
