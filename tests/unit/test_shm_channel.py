@@ -157,3 +157,14 @@ def test_a_vote_is_read_as_cast_even_when_the_peer_already_votes_on_the_next_exc
     assert torch.equal(outs[0][0], torch.tensor([0.0, 1.0, 10.0, 11.0]))
     assert torch.equal(outs[1][0], torch.tensor([2.0, 3.0, 12.0, 13.0]))
     assert outs[0][1] is None and outs[1][1] is None
+
+
+def test_a_peer_outside_this_pid_namespace_is_only_timed_out():
+    """A peer whose pid was not visible at setup is not declared dead by its pid."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    mm = mmap.mmap(-1, shm.segment_bytes(2, 256))
+    ch = shm.Channel(mm, 0, 2, [0, 1], "test", 256, timeout=0.3, watch=[True, False])
+    ch._words[ch._pid_at[1]] = dead.pid
+    with pytest.raises(CollectiveFaultError, match="did not arrive within 0.3 s"):
+        ch.all_reduce_(torch.ones(4), "sum")

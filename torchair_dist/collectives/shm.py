@@ -21,15 +21,16 @@ What it covers (everything else stays on gloo):
   tensors go through the slots in chunks).
 
 The segment is set up on the group's first shared-memory collective, through the group itself
-(one broadcast, one all-gather), so every rank decides alike: if any rank cannot map it (no
+(one broadcast, one or two all-gathers), so every rank decides alike: if any rank cannot map it (no
 ``/dev/shm``, another host, not x86-64, whose store order the protocol relies on) the whole
 group stays on gloo and a warning says why. Rank 0 creates the file, every rank maps it, then
-it is unlinked: nothing is left in ``/dev/shm`` even if a process dies.
+it is unlinked: once set up, nothing is left in ``/dev/shm`` even if a process dies.
 
 A wait polls the peers' sequence numbers, yielding the CPU between polls (then sleeping in
 20 us steps). While it waits for a peer, every 0.2 s it looks at that peer: one that published a
 failure (:mod:`.failures`) raises :class:`PeerFailedError` with its error; one whose process has
-exited, or that has not arrived within the group's own timeout (what gloo would wait;
+exited (when this process can see it: a peer in another PID namespace is only timed out), or
+that has not arrived within the group's own timeout (what gloo would wait;
 ``TORCHAIR_DIST_SHM_TIMEOUT`` seconds overrides it), raises :class:`CollectiveFaultError` naming
 it.
 """
@@ -96,7 +97,7 @@ class Channel:
     peer still reads the previous one (it cannot get two ahead: it waits for everyone)."""
 
     def __init__(self, mm: mmap.mmap, rank: int, world: int, ranks: List[int], name: str,
-                 slot: int, timeout: float = 300.0):
+                 slot: int, timeout: float = 300.0, watch: Optional[List[bool]] = None):
         self.rank, self.world, self.ranks, self.name, self.slot = rank, world, ranks, name, slot
         self._mm = mm
         self._words = memoryview(mm).cast("q")          # int64 view of the whole segment
@@ -111,6 +112,8 @@ class Channel:
                        for b in range(2)]
         self.seq = self._words[self._seq_at[rank]]   # exchanges so far (see exchanges())
         self.timeout = timeout
+        # peers whose process this one can see (another PID namespace: the timeout only)
+        self._watch = watch if watch is not None else [True] * world
 
     # -- protocol ---------------------------------------------------------------------------
     def _publish_and_wait(self) -> torch.Tensor:
@@ -145,13 +148,7 @@ class Channel:
             raise PeerFailedError(f"shared-memory collective #{seq} of group {self.name}: "
                                   f"{failures.describe(records)}")
         pid = self._words[self._pid_at[peer]]
-        alive = True
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            alive = False
-        except PermissionError:
-            pass
+        alive = not self._watch[peer] or _process_exists(pid)
         if not alive or waited > self.timeout:
             why = (f"its process (pid {pid}) has exited" if not alive else
                    f"it did not arrive within {self.timeout:g} s (the group timeout; "
@@ -300,8 +297,21 @@ def _setup(pg, ranks: List[int], name: str) -> Optional[Channel]:
                                                       sorted(failed.items())),
                       RuntimeWarning, stacklevel=2)
         return None
-    log.debug("shared-memory channel for group %s: %d ranks, %d bytes", name, world, size)
-    return Channel(mm, rank, world, ranks, name, slot, _timeout_of(pg))
+    pids = [struct.unpack_from("q", mm, r * _LINE + 8)[0] for r in range(world)]
+    watch = [_process_exists(pid) for pid in pids]
+    log.debug("shared-memory channel for group %s: %d ranks, %d bytes, peers watched: %s",
+              name, world, size, watch)
+    return Channel(mm, rank, world, ranks, name, slot, _timeout_of(pg), watch)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # exists, owned by someone else
+        return True
+    return True
 
 
 def _timeout_of(pg) -> float:
