@@ -179,7 +179,7 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("cann_aoe", "torchair_dist.backends.ge.runtime.cann_options:cann_options",
           "backend", "AOE operator tuning options", gate="aoe_config.aoe_mode",
           runs_when=_is_set, reads=_cann.CANN_AOE_READS, platforms=NPU),
-    Stage("shm_collectives", "torchair_dist.collectives.shm:rewrite_graph", "backend",
+    Stage("shm_collectives", "torchair_dist.collectives.shm:for_runner", "backend",
           "the runner's all_reduce / equal-piece all_to_all exchange through shared memory "
           "between the ranks of one host instead of gloo (the compiled graph and its cache "
           "entry keep the original collectives)", gate="distributed_config.cpu_shm_collectives",

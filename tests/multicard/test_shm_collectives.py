@@ -93,7 +93,7 @@ def _fallback_case(rank, world, mode, refusing_rank):
             out = torch.compile(tp_sum, backend=torchair_dist.get_npu_backend(
                 compiler_config=cfg), fullgraph=True)(x)
     finally:
-        shm.unavailable_reason = shm.__dict__["_unavailable_reason"]
+        shm.unavailable_reason = shm._unavailable_reason
     messages = [str(w.message) for w in caught if "stays on gloo" in str(w.message)]
     from torchair_dist.collectives import groups
     result = {"diff": (out - tp_sum(x)).abs().max().item(), "warnings": messages,

@@ -52,7 +52,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as _c10d
 
 from ..errors import CollectiveFaultError, PeerFailedError
-from . import failures, groups
+from . import failures, groups, spec
 from . import ops as _ops  # noqa: F401  (the torchair_dist:: op library, shm_* ops included)
 
 log = logging.getLogger("torchair_dist")
@@ -339,15 +339,11 @@ def reset() -> None:
 
 
 # -- the kernels of the torchair_dist::shm_* ops (registered by .ops) -----------------------
-_DIST_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
-             "product": dist.ReduceOp.PRODUCT, "prod": dist.ReduceOp.PRODUCT}
-
-
 def all_reduce_(x: torch.Tensor, reduce_op: str, group_name: str) -> torch.Tensor:
     """In-place all_reduce over the group's channel; gloo where the group has none."""
     ch = channel(group_name)
     if ch is None or x.dtype not in DTYPES or x.device.type != "cpu":
-        dist.all_reduce(x, _DIST_OPS[reduce_op], group=groups.to_process_group(group_name))
+        dist.all_reduce(x, spec.DIST_REDUCE_OPS[reduce_op], group=groups.to_process_group(group_name))
         return x
     return ch.all_reduce_(x, reduce_op)
 
@@ -393,18 +389,24 @@ def rewrite_graph(gm: torch.fx.GraphModule, functional: bool = False) -> int:
     rewritten."""
     from ..util import op_name
 
-    done = 0
+    done, kept = 0, []
     for node in list(gm.graph.nodes):
         if node.op != "call_function":
             continue
-        twin = _REWRITES.get(op_name(node.target))
+        name = op_name(node.target)
+        twin = _REWRITES.get(name)
         if twin is None:
+            if spec.spec_of(node.target) is not None and name not in spec.WAIT_OPS:
+                kept.append(f"{node.name} ({name}: not covered)")
             continue
         val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
         if not isinstance(val, torch.Tensor) or val.device.type != "cpu" \
                 or val.dtype not in DTYPES:
+            kept.append(f"{node.name} ({getattr(val, 'dtype', '?')} on "
+                        f"{getattr(val, 'device', '?')})")
             continue
         if twin != "shm_all_to_all_v" and node.args[1] not in REDUCE_OPS:
+            kept.append(f"{node.name} (reduce op {node.args[1]!r})")
             continue
         if functional and twin == "shm_all_reduce_":
             twin = "shm_all_reduce"
@@ -415,6 +417,8 @@ def rewrite_graph(gm: torch.fx.GraphModule, functional: bool = False) -> int:
                 user.replace_all_uses_with(node)
                 gm.graph.erase_node(user)
         done += 1
+    if kept:
+        log.debug("collectives that stay on gloo: %s", ", ".join(kept))
     if done:
         gm.recompile()
     return done

@@ -23,6 +23,7 @@ import dataclasses
 from typing import Any, Dict, FrozenSet, Optional, Tuple
 
 import torch
+import torch.distributed as dist
 
 from ..util import op_name
 
@@ -153,6 +154,11 @@ SPECS: Dict[str, CollectiveSpec] = {s.op: s for s in (
                           "SymInt[] send_displacements, SymInt[] recv_counts, "
                           "SymInt[] recv_displacements, str group_name) -> Tensor"),
 )}
+
+# reduce-op names as graphs spell them (``_c10d_functional``: "product"; GE's ``reduction``
+# attribute: "prod") -> torch.distributed's ReduceOp, for kernels that call torch.distributed
+DIST_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
+                   "product": dist.ReduceOp.PRODUCT, "prod": dist.ReduceOp.PRODUCT}
 
 # namespaces whose ops are communication: every row's, and the eager c10d ops
 COMM_NAMESPACES: FrozenSet[str] = frozenset({s.namespace for s in SPECS.values()}) \

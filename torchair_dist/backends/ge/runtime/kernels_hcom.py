@@ -16,12 +16,9 @@ import torch
 import torch.distributed as dist
 
 from ....collectives import groups, shm
+from ....collectives.spec import DIST_REDUCE_OPS
 from .kernels import ints, kernel
 from .opspec import GeRuntimeError, OpSpec
-
-_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,
-               "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-
 
 def _group(spec: OpSpec):
     return groups.resolve(spec.attr("group"))
@@ -29,7 +26,7 @@ def _group(spec: OpSpec):
 
 def _reduce_op(spec: OpSpec):
     try:
-        return _REDUCE_OPS[spec.attr("reduction")]
+        return DIST_REDUCE_OPS[spec.attr("reduction")]
     except KeyError:
         raise GeRuntimeError(f"{spec.type} {spec.name!r}: unknown reduction "
                              f"{spec.attr('reduction')!r}") from None
