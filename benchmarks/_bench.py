@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+import types
 from typing import Callable, Dict, List
 
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
@@ -28,13 +29,29 @@ def backends(modes=("npugraph_ex",), gloo: bool = False) -> Dict[str, object]:
     return out
 
 
+def _own_code(fn: types.FunctionType) -> types.FunctionType:
+    """``fn`` with a code object of its own (same behaviour)."""
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return copy
+
+
 def compile_variants(fn: Callable, example_args, variants: Dict[str, object],
                      barrier: Callable[[], None] = lambda: None):
-    """name -> (callable, compile seconds): the first call's wall time."""
+    """name -> (callable, compile seconds): the first call's wall time.
+
+    A plain function is compiled as a copy with its own code object per variant: Dynamo keeps
+    its compiled entries on the code object, and variants sharing one would each walk past
+    the others' entries on every call (or, after a reset, recompile)."""
     compiled = {}
     for name, backend in variants.items():
-        torch._dynamo.reset()
-        f = fn if backend is None else torch.compile(fn, backend=backend, fullgraph=True)
+        if isinstance(fn, types.FunctionType):
+            f = _own_code(fn)
+        else:
+            torch._dynamo.reset()
+            f = fn
+        f = f if backend is None else torch.compile(f, backend=backend, fullgraph=True)
         barrier()
         t0 = time.perf_counter()
         f(*example_args)

@@ -3,7 +3,7 @@
   python benchmarks/overhead.py [--steps 400] [--world 2]
 
 1. a trivial graph (``x + 1`` on 16 floats) in this process: pure wrapper overhead, and its
-   breakdown (our runner alone vs the whole call: Dynamo guards + AOT's runtime wrapper);
+   breakdown (per variant, the whole call and the part below Dynamo's guards and bytecode);
 2. a tensor-parallel MLP on ``--world`` gloo ranks (column- then row-parallel linear with
    ``dist.all_reduce``), every rank timing every variant in interleaved blocks; our modes
    with the shared-memory transport (the default on CPU) and without it (",gloo":
@@ -70,41 +70,50 @@ def trivial(steps: int) -> None:
 
 
 def breakdown(rounds: int = 15, number: int = 5000) -> None:
-    """Where one call of the trivial graph goes: our runner alone (the generated forward that
-    calls the aten op), the whole compiled call (Dynamo guards + AOT's runtime wrapper + runner)
-    for ours, ours with inductor kernels and inductor, timed in interleaved rounds (min)."""
+    """Where one call of the trivial graph goes, per variant: the whole compiled call, and the
+    part below Dynamo (what the backend handed Dynamo: for ours the runner, called directly or
+    through AOT's runtime wrapper; for inductor AOT's wrapper and its kernel). Each variant is
+    compiled from its own code object; interleaved rounds, min per call."""
     import torchair_dist
-    from torchair_dist.compiler import record_graphs
+    from torch._inductor.compile_fx import compile_fx
+
+    from _bench import _own_code
 
     torch.set_num_threads(1)
     x = torch.randn(16)
     calls = {"eager": lambda: x + 1}
-    for name, kernels in (("ours:npugraph_ex", False), ("ours+inductor-kernels", True)):
-        cfg = torchair_dist.CompilerConfig()
-        cfg.mode = "npugraph_ex"
-        cfg.experimental_config.inductor_kernels = kernels
-        torch._dynamo.reset()
-        fn = torch.compile(lambda t: t + 1, fullgraph=True,
-                           backend=torchair_dist.get_npu_backend(compiler_config=cfg))
-        with record_graphs() as graphs:
-            fn(x)
-        calls[name] = (lambda f=fn: f(x))
-        if not kernels:
-            from torchair_dist.backends.aclgraph.codegen import generate_forward
+    below = {}
 
-            runner = generate_forward(graphs[0].gm, "breakdown").fn
-            calls["ours: runner alone"] = lambda: runner([x])
-    torch._dynamo.reset()
-    ind = torch.compile(lambda t: t + 1, backend="inductor", fullgraph=True)
-    ind(x)
-    calls["inductor"] = lambda: ind(x)
+    def spy(name, backend):
+        def compile_(gm, example_inputs, **kwargs):
+            below[name] = backend(gm, example_inputs, **kwargs)
+            return below[name]
+        return compile_
+
+    variants = {"inductor": compile_fx}
+    for name, mode, kernels in (("ours:npugraph_ex", "npugraph_ex", False),
+                                ("ours:max-autotune", "max-autotune", False),
+                                ("ours+inductor-kernels", "npugraph_ex", True)):
+        cfg = torchair_dist.CompilerConfig()
+        cfg.mode = mode
+        cfg.experimental_config.inductor_kernels = kernels
+        variants[name] = torchair_dist.get_npu_backend(compiler_config=cfg)
+    for name, backend in variants.items():
+        fn = torch.compile(_own_code(lambda t: t + 1), fullgraph=True, backend=spy(name, backend))
+        fn(x), fn(x), fn(x)
+        calls[name] = (lambda f=fn: f(x))
+    for name, fn in list(below.items()):
+        calls[f"{name} below Dynamo"] = (lambda f=fn: f(x))
     calls["ours:cache warm"] = (lambda f=cache_warm(_AddOne(), (x,))[0]: f(x))
     best = _interleaved_min(calls, rounds, number)
     print("\nper-call breakdown, trivial graph (x + 1), min over interleaved rounds, us")
-    for k, v in best.items():
-        print(f"  {k:<26} {v:8.2f}")
-    wrappers = best["ours:npugraph_ex"] - best["ours: runner alone"]
-    print(f"  {'=> Dynamo+AOT wrappers':<26} {wrappers:8.2f}  (ours full - runner alone)")
+    print(f"  {'variant':<26} {'full':>8} {'below Dynamo':>13} {'Dynamo':>8}")
+    for name in calls:
+        if name.endswith(" below Dynamo"):
+            continue
+        low = best.get(f"{name} below Dynamo")
+        cells = f"{low:13.2f} {best[name] - low:8.2f}" if low is not None else ""
+        print(f"  {name:<26} {best[name]:8.2f} {cells}")
 
 
 def _interleaved_min(calls, rounds, number):

@@ -16,6 +16,7 @@ LEVELS = {
     "torchair_dist.passes": 2, "torchair_dist.patches": 2, "torchair_dist.decompositions": 2,
     "torchair_dist.backends": 3,
     "torchair_dist.pipeline": 4, "torchair_dist.compiler": 4, "torchair_dist.fx_summary": 4,
+    "torchair_dist.aot_direct": 4,
     "torchair_dist.backend": 5,
     "torchair_dist.export": 6, "torchair_dist.cache": 6, "torchair_dist.docs": 6,
     "torchair_dist": 7,  # the package's __init__: the public API

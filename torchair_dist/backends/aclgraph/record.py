@@ -34,6 +34,7 @@ import torch.fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...streams.rewrite import where
+from .bindings import fast_call as _fast_call
 from .rules import HostCallGuard
 
 
@@ -67,19 +68,28 @@ class _NodeTracker(torch.fx.Interpreter):
 
 
 class _Codegen:
-    """Turns a record into Python source: ``def replay(B, K)`` returning the graph outputs."""
+    """Turns a record into the body of ``replay(A)``: one line per op.
 
-    def __init__(self, inputs: Sequence[Any]):
+    ``A`` is the list of graph inputs a replay gets. Only the inputs at ``fed`` (None: all)
+    are read from it; every other input is the captured buffer itself, bound as a constant."""
+
+    def __init__(self, inputs: Sequence[Any], fed: Optional[Sequence[int]] = None):
         self.lines: List[str] = []
         self.consts: List[Any] = []
         self.names: Dict[int, str] = {}
+        fed = None if fed is None else set(fed)
         for i, x in enumerate(inputs):
-            if isinstance(x, torch.Tensor):
-                self.names.setdefault(id(x), f"B[{i}]")
+            if isinstance(x, torch.Tensor) and id(x) not in self.names:
+                self.names[id(x)] = f"A[{i}]" if fed is None or i in fed else self.const(x)
 
     def const(self, value) -> str:
         self.consts.append(value)
         return f"K[{len(self.consts) - 1}]"
+
+    def is_const(self, expr: str, value) -> bool:
+        """``expr`` is the constant holding ``value`` itself."""
+        found = _CONST.fullmatch(expr)
+        return found is not None and self.consts[int(found.group(1))] is value
 
     def expr(self, value) -> str:
         if isinstance(value, torch.Tensor):
@@ -103,25 +113,23 @@ class _Codegen:
     def emit(self, counter, func, args, kwargs, out, into: Optional[set] = None) -> None:
         """One line per op; where the op makes a tensor in ``into`` (ids of the captured
         outputs) and has an ``out=`` overload, it writes that tensor in place instead."""
-        parts = [self.expr(a) for a in args]
-        parts += [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
         out_op = _out_overload(func, out) if into and id(out) in into else None
         if out_op is not None:
             into.discard(id(out))
-            target = self.const(out)
-            self.lines.append(f"    {self.const(_direct(out_op))}"
-                              f"({', '.join(parts + ['out=' + target])})")
-            self.names[id(out)] = target
+            self.names[id(out)] = self.const(out)  # the captured output, written in place
+            kwargs = {**kwargs, "out": out}
+            call, args = _fast_call(out_op, args, kwargs)
+            self.lines.append(f"    {self._call(call, args, kwargs)}")
             return
         name = f"v{next(counter)}"
-        self.lines.append(f"    {name} = {self.const(_direct(func))}({', '.join(parts)})")
+        call, args = _fast_call(func, args, kwargs)
+        self.lines.append(f"    {name} = {self._call(call, args, kwargs)}")
         self.bind(out, name)
 
-
-def _direct(func):
-    """What a replay calls for ``func``: an op overload's dispatcher entry itself (what
-    ``OpOverload.__call__`` forwards to, without that Python frame)."""
-    return getattr(func, "_op", func) if isinstance(func, torch._ops.OpOverload) else func
+    def _call(self, call, args, kwargs) -> str:
+        parts = [self.expr(a) for a in args]
+        parts += [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
+        return f"{self.const(call)}({', '.join(parts)})"
 
 
 def _out_overload(func, out) -> Optional[torch._ops.OpOverload]:
@@ -187,18 +195,22 @@ def _poison(t: torch.Tensor) -> None:
 
 
 class RecordGraph:
-    """Capture by recording dispatched ops; replay re-issues them on the captured buffers."""
+    """Capture by recording dispatched ops; replay re-issues them on the captured buffers.
+
+    ``fed_inputs`` (set before :meth:`capture`; None: all): the input positions a replay reads
+    from the list it is given; every other input is read from its captured buffer."""
 
     executes_capture = True  # capture really runs the graph (the runner can undo a skip)
 
     def __init__(self, gm: torch.fx.GraphModule, pool: Optional[RecordPool] = None):
         self.gm = gm
         self.pool = pool
+        self.fed_inputs: Optional[Sequence[int]] = None
         self.outputs: Sequence[Any] = ()
         self.pool_outputs: List[torch.Tensor] = []
         self.source = ""
         self.ops: List[Any] = []
-        self._replay: Optional[Callable] = None
+        self.run: Optional[Callable[[List[Any]], None]] = None
         self._buffers: List[Any] = []
         self._consts: List[Any] = []
 
@@ -219,7 +231,9 @@ class RecordGraph:
         return outputs
 
     def _build(self, inputs, entries, outputs) -> None:
-        gen = _Codegen(inputs)
+        """Generate ``run(A)``: the recorded ops, then each captured output that no op wrote
+        in place refreshed from its new value, all with grad mode off."""
+        gen = _Codegen(inputs, self.fed_inputs)
         counter = itertools.count()
         storages = {x.untyped_storage().data_ptr() for x in inputs
                     if isinstance(x, torch.Tensor)}
@@ -227,19 +241,25 @@ class RecordGraph:
                 and o.untyped_storage().data_ptr() not in storages}
         for func, args, kwargs, out in entries:
             gen.emit(counter, func, args, kwargs, out, into)
-        results = []
         self.pool_outputs = []
+        sync = []
         for o in outputs:
-            results.append(gen.expr(o))
-            if isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() not in storages:
+            if not isinstance(o, torch.Tensor):
+                continue
+            if o.untyped_storage().data_ptr() not in storages:
                 self.pool_outputs.append(o)
-        ret = f"    return [{', '.join(results)}]"
-        body = _free_dead_values(gen.lines, ret)
-        # The constants (ops, frozen arguments) become closure cells: no indexing per op.
-        self.source = _closure_source(len(gen.consts), body + [ret])
-        namespace: Dict[str, Any] = {}
+            new = gen.expr(o)
+            if not gen.is_const(new, o):  # a fresh value each replay: copied into the captured one
+                static = gen.const(o)
+                sync.append(f"    if {new} is not {static} and not same_view({static}, {new}):")
+                sync.append(f"        {static}.copy_({new})")
+        body = _free_dead_values(gen.lines + sync)
+        self.source = _closure_source(len(gen.consts), body)
+        namespace: Dict[str, Any] = {"is_grad": torch.is_grad_enabled,
+                                     "set_grad": torch._C._set_grad_enabled,
+                                     "same_view": _same_view}
         exec(compile(self.source, "<torchair_dist record replay>", "exec"), namespace)  # noqa: S102
-        self._replay = namespace["make"](gen.consts)
+        self.run = namespace["make"](gen.consts)
         self._consts = gen.consts
         self.ops = [entry[0] for entry in entries]  # what a replay issues, in order
 
@@ -247,16 +267,7 @@ class RecordGraph:
 
     def replay(self, inputs: Optional[List[Any]] = None) -> None:
         """Re-issue the recorded ops on ``inputs`` (default: the captured buffers)."""
-        grad = torch.is_grad_enabled()
-        torch._C._set_grad_enabled(False)
-        try:
-            fresh = self._replay(self._buffers if inputs is None else inputs)
-            for static, new in zip(self.outputs, fresh):
-                if static is not new and isinstance(static, torch.Tensor) and not _same_view(
-                        static, new):
-                    static.copy_(new)
-        finally:
-            torch._C._set_grad_enabled(grad)
+        self.run(self._buffers if inputs is None else inputs)
         pool = self.pool
         if pool is not None and pool.graphs and pool.graphs[-1]() is not self:  # a later one
             pool.clobber_after(self)
@@ -265,29 +276,38 @@ class RecordGraph:
 _VALUE = re.compile(r"\bv\d+\b")
 
 
-def _free_dead_values(lines: List[str], ret: str) -> List[str]:
+def _free_dead_values(lines: List[str]) -> List[str]:
     """Insert ``del`` after each value's last use, as FX's code does, so a replay's
     intermediates are freed as early as the forward frees them."""
     last: Dict[str, int] = {}
     for i, line in enumerate(lines):
         for name in _VALUE.findall(line):
             last[name] = i
-    keep = set(_VALUE.findall(ret))
     out: List[str] = []
     for i, line in enumerate(lines):
         out.append(line)
-        dead = sorted(n for n, at in last.items() if at == i and n not in keep)
-        if dead:
+        dead = sorted(n for n, at in last.items() if at == i)
+        if dead and not line.startswith("    if "):
             out.append(f"    del {', '.join(dead)}")
     return out
 
 
 def _closure_source(n_consts: int, body: List[str]) -> str:
-    """``make(K)`` binds the constants to locals K0..Kn and returns ``replay(B)``."""
+    """``make(K)`` binds the constants to locals K0..Kn and returns ``replay(A)``, which runs
+    ``body`` with grad mode off."""
     head = ["def make(K):"] + [f"    K{i} = K[{i}]" for i in range(n_consts)]
-    head.append("    def replay(B):")
-    code = [_CONST.sub(lambda m: f"K{m.group(1)}", "    " + line) for line in body]
-    return "\n".join(head + code + ["    return replay", ""])
+    head += ["    def replay(A):",
+             "        grad = is_grad()",
+             "        if grad:",
+             "            set_grad(False)",
+             "        try:"]
+    code = [_CONST.sub(lambda m: f"K{m.group(1)}", "        " + line) for line in body]
+    tail = ["            pass",  # an empty record
+            "        finally:",
+            "            if grad:",
+            "                set_grad(True)",
+            "    return replay", ""]
+    return "\n".join(head + code + tail)
 
 
 _CONST = re.compile(r"\bK\[(\d+)\]")

@@ -26,7 +26,7 @@ capturing), and for a graph that breaks a device-graph rule the ``*`` key with
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 from ...util import on_dynamo_reset
 
@@ -34,6 +34,7 @@ log = logging.getLogger("torchair_dist")
 
 _counts: Dict[tuple, int] = {}
 _reasons: Dict[tuple, str] = {}  # (graph, "*") -> why the graph is not captured
+_cells: Dict[tuple, List[int]] = {}  # (graph, key) -> [replays] (replay_cell)
 
 
 def _current() -> Dict[tuple, int]:
@@ -56,15 +57,13 @@ def captured(graph: str, key: str, reason: str, recapture: bool) -> None:
         log.debug("%s: capture of key %s (%s)", graph, key, reason)
 
 
-def replay_key(graph: str, key: str) -> tuple:
-    """The counter a runner bumps itself on each replay (``counts()[k] += 1`` on its hot
-    path, one dict update instead of a call per replay)."""
-    return (graph, key, "replays")
-
-
-def counts() -> Dict[tuple, int]:
-    """The live counter table (cleared in place by :func:`reset_capture_report`)."""
-    return _counts
+def replay_cell(graph: str, key: str) -> List[int]:
+    """The replay counter of ``key``, a one-item list a runner bumps itself on each replay
+    (``cell[0] += 1`` on its hot path instead of a call); zeroed in place on reset."""
+    cell = _cells.get((graph, key))
+    if cell is None:
+        cell = _cells[(graph, key)] = [0]
+    return cell
 
 
 def capture_limit(graph: str, key: str, limit: int) -> None:
@@ -83,7 +82,10 @@ def uncaptured(graph: str, reason: str) -> None:
 def capture_report() -> Dict[str, Dict[str, Dict[str, Any]]]:
     """{graph name: {graph key: counts}} for every ACL graph since the last reset."""
     out: Dict[str, Dict[str, Dict[str, Any]]] = {}
-    for (graph, key, what), n in sorted(_current().items(), key=lambda kv: str(kv[0])):
+    table = dict(_current())
+    table.update({(graph, key, "replays"): cell[0] for (graph, key), cell in _cells.items()
+                  if cell[0]})
+    for (graph, key, what), n in sorted(table.items(), key=lambda kv: str(kv[0])):
         entry = out.setdefault(graph, {}).setdefault(key, {})
         if what.startswith("reason:"):
             entry.setdefault("capture_reasons", {})[what[len("reason:"):]] = n
@@ -104,3 +106,5 @@ def reset_capture_report() -> None:
     """Forget every count (``torch._dynamo.reset()`` does this too)."""
     _counts.clear()
     _reasons.clear()
+    for cell in _cells.values():  # runners hold them: zero in place
+        cell[0] = 0

@@ -30,7 +30,7 @@ class _Capture:
     """One captured graph: its static inputs, the graph, and the pointers it was made on."""
 
     __slots__ = ("graph", "static_inputs", "copy_indices", "pinned_ptrs", "outputs",
-                 "output_alias", "reads_caller_inputs", "replay_count_key", "fast")
+                 "output_alias", "reads_caller_inputs", "replays", "fast")
 
     def __init__(self, graph, static_inputs, copy_indices, pinned_ptrs, outputs, output_alias,
                  private_buffers: bool):
@@ -45,7 +45,7 @@ class _Capture:
         # clone_input: then the buffer is the caller's first tensor and the copy is visible.
         self.reads_caller_inputs = private_buffers and bool(
             getattr(graph, "reads_caller_inputs", False))
-        self.replay_count_key: tuple = ()  # the capture report's counter of its replays
+        self.replays: List[int] = [0]  # the capture report's counter of its replays
         self.fast: tuple = ()  # what the runner's generated replay reads (_REPLAY_BODY)
 
 
@@ -100,6 +100,11 @@ class AclGraphRunner:
     def __call__(self, args: List[Any]):
         return self.entry(args)
 
+    @property
+    def boxed_entry(self) -> Callable[[List[Any]], Any]:
+        """What ``__call__`` forwards to, for callers that skip that frame."""
+        return self.entry
+
     def _call(self, args: List[Any]):
         """Every call the fast table does not answer: the first of a key, eager fallbacks,
         captures whose replay checks something per call (moved inputs, copies of outputs)."""
@@ -130,11 +135,12 @@ class AclGraphRunner:
             self.uncapturable = skip.found
             return self._uncaptured(args)
         self.captures[key] = cap
-        cap.replay_count_key = report.replay_key(self.name, self.report_key(key))
-        report.captured(self.name, self.report_key(key), reason, recapture)
+        key_name = self.report_key(key)
+        cap.replays = report.replay_cell(self.name, key_name)
+        report.captured(self.name, key_name, reason, recapture)
         cap.fast = (cap.reads_caller_inputs, cap.static_inputs, tuple(cap.copy_indices),
-                    self.clone_input, cap.graph.replay, cap.outputs, cap.replay_count_key,
-                    self.name)
+                    self.clone_input, cap.graph.replay, cap.outputs, cap.replays, self.name,
+                    key_name)
         self._install_fast(key, cap)
         return self._returned(cap, outputs)
 
@@ -148,7 +154,13 @@ class AclGraphRunner:
             return
         if self.force_recapture or cap.pinned_ptrs or self.clone_output:
             return
-        self._fast[key] = cap.fast
+        run = getattr(cap.graph, "run", None)
+        if cap.reads_caller_inputs and run is not None:
+            # The record stand-in's generated replay itself: with at most one capture in the
+            # pool (above) there is no later capture whose outputs a replay must overwrite.
+            self._fast[key] = cap.fast[:4] + (run,) + cap.fast[5:]
+        else:
+            self._fast[key] = cap.fast
 
     def _returned(self, cap: _Capture, outputs):
         if self.clone_output or self._pool_shared_by_several():
@@ -202,6 +214,8 @@ class AclGraphRunner:
         pinned = {i: args[i].data_ptr() for i in self.mutated_indices
                   if isinstance(args[i], torch.Tensor)}
         graph = self.graph_factory()
+        if hasattr(graph, "fed_inputs"):  # the record stand-in: what its replay reads from A
+            graph.fed_inputs = copy_indices
         if getattr(graph, "executes_capture", False):
             first = self._capture_restorable(graph, static_inputs, args)
         else:
@@ -243,25 +257,23 @@ class AclGraphRunner:
 _SCALARS = (int, float, bool)
 
 # One replay of a capture without the runner's per-call checks, as source: ``C`` is the
-# capture's _Capture.fast tuple and ``A`` the caller's inputs. Inputs are fed (read where the
-# caller holds them, or copied into the captured buffers), the graph is replayed, the replay
+# capture's _Capture.fast tuple and ``A`` the caller's inputs. Inputs are fed (the record
+# stand-in's replay reads the copied inputs from A itself; otherwise they are copied into the
+# captured buffers), the graph is replayed, the replay
 # counted and logged at DEBUG (the logger's level cache answers without a call) and the
 # captured outputs returned. Both ``replay(A, C)`` and the body of ``entry`` are this text.
 _REPLAY_BODY = """\
-    reads, static, indices, clone, replay, outputs, count_key, name = C
+    reads, static, indices, clone, replay, outputs, replays, name, key_name = C
     if reads:
-        feed = static.copy()
-        for i in indices:
-            feed[i] = A[i]
-        replay(feed)
+        replay(A)
     else:
         for i in indices:
             if clone or A[i].data_ptr() != static[i].data_ptr():
                 static[i].copy_(A[i])
         replay()
-    counts[count_key] = counts.get(count_key, 0) + 1
+    replays[0] += 1
     if level_cache.get(10) is not False and log.isEnabledFor(10):
-        log.debug("%s: replay of key %s", name, count_key[1])
+        log.debug("%s: replay of key %s", name, key_name)
     return list(outputs)
 """
 
@@ -286,7 +298,7 @@ def _key_and_entry(shape_indices, ptr_indices, examples, fast, slow):
               f"def entry(A):\n    C = fast_get({key})\n"
               f"    if C is None:\n        return slow(A)\n{_REPLAY_BODY}")
     scope = {"_SCALARS": _SCALARS, "_Tensor": torch.Tensor, "fast_get": fast.get, "slow": slow,
-             "counts": report.counts(), "log": log,
+             "log": log,
              "level_cache": getattr(log, "_cache", {})}  # cleared on every level change
     exec(compile(source, "<torchair_dist runner entry>", "exec"), scope)  # noqa: S102
     scope["entry"]._boxed_call = True

@@ -1,0 +1,119 @@
+"""Calling a compiled inference graph without AOT autograd's runtime wrapper, where that
+wrapper has nothing to do.
+
+``aot_module_simplified`` returns ``forward(*args)``, which prepends the module's lifted
+parameters and runs a generated wrapper around our runner: it turns grad mode off, calls the
+runner, then applies input mutations the graph left out, regenerates outputs that alias
+inputs or intermediates, marks dynamic output dims and restores a grad-mode change. It costs
+about 2 us per call on a trivial graph, as much as our whole runner.
+
+For an inference graph where AOT's metadata says none of that applies, :func:`wrap` returns a
+``forward(*args)`` that turns grad mode off, calls the runner itself and marks dynamic output
+dims as AOT does. The first call still goes through AOT's forward (its first call checks
+custom ops' aliasing). Anything the checks below do not prove trivial keeps AOT's forward:
+training graphs, any mutated input, aliased outputs, effect tokens, tensor subclasses,
+functionalized RNG, autocast at compile time, deduplicated or lifted inputs.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import torch
+
+log = logging.getLogger("torchair_dist")
+
+
+def trivial_inference(gm: torch.fx.GraphModule, n_runtime_args: int) -> Optional[str]:
+    """Why AOT's runtime wrapper is needed for this inference graph (read while AOT compiles
+    it), or None when it is an identity around the runner."""
+    from torch._functorch import config as functorch_config
+    from torch._functorch._aot_autograd.schemas import (MutationType, OutputType,
+                                                         SubclassCreationMeta)
+
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    if meta is None:
+        return "no AOT metadata"
+    checks = (
+        (any(i.mutation_type != MutationType.NOT_MUTATED for i in meta.input_info),
+         "an input is mutated"),
+        (meta.num_outputs_aliased or meta.num_intermediate_bases
+         or any(o.output_type != OutputType.non_alias for o in meta.output_info),
+         "an output aliases an input or intermediate"),
+        (meta.grad_enabled_mutation is not None, "the graph changes grad mode"),
+        (bool(meta.tokens) or meta.num_graphsafe_rng_states, "effect tokens or RNG states"),
+        (meta.is_rng_op_functionalized, "functionalized RNG"),
+        (any(isinstance(m, SubclassCreationMeta)
+             for m in list(meta.subclass_inp_meta) + list(meta.subclass_fw_graph_out_meta)),
+         "tensor subclasses"),
+        (functorch_config.debug_assert, "functorch debug_assert"),
+        (len(gm.graph.find_nodes(op="placeholder")) != n_runtime_args,
+         "AOT changed the inputs (deduplicated, lifted or synthetic-base)"),
+    )
+    for failed, why in checks:
+        if failed:
+            return why
+    return None
+
+
+def dynamic_marks() -> List[Tuple[int, set]]:
+    """(output index, dims) AOT marks on each call as dynamic for Dynamo's next graph (read
+    while AOT compiles)."""
+    meta = torch._guards.TracingContext.get().fw_metadata
+    return [(i, set(o.dynamic_dims)) for i, o in enumerate(meta.output_info) if o.dynamic_dims]
+
+
+def wrap(aot_forward: Callable, runner: Callable, name: str,
+         marks: Sequence[Tuple[int, set]] = ()) -> Callable:
+    """``forward(*args)`` calling ``runner`` (AOT's boxed compiled graph) directly after
+    ``aot_forward``'s first call; ``marks``: :func:`dynamic_marks`, applied as AOT does."""
+    boxed = getattr(runner, "_boxed_call", False)
+    # A runner's class may name the function its __call__ forwards to (one frame less per
+    # call); looked up on the class, so a wrapper that forwards attributes is not skipped.
+    if boxed and getattr(type(runner), "boxed_entry", None) is not None:
+        runner = runner.boxed_entry
+    first: List[bool] = [True]
+    is_grad = torch.is_grad_enabled
+    set_grad = torch._C._set_grad_enabled
+    from torch._functorch._aot_autograd.runtime_wrappers import \
+        mark_dynamo_propagated_dynamic_indices as mark
+
+    def forward(*args: Any):
+        if first:
+            first.clear()
+            return aot_forward(*args)
+        grad = is_grad()
+        if grad:
+            set_grad(False)
+        try:
+            outs = runner(list(args)) if boxed else runner(*args)
+        finally:
+            if grad:
+                set_grad(True)
+        outs = outs if type(outs) is list else _as_list(outs)
+        for i, dims in marks:
+            mark(outs[i], dims)
+        return outs
+
+    forward.__dict__.update(aot_forward.__dict__)  # zero_grad, named_parameters, serialize ...
+    forward.__wrapped__ = aot_forward
+    log.debug("%s: called without AOT's runtime wrapper (nothing for it to do)", name)
+    return forward
+
+
+def _as_list(outs) -> list:
+    if isinstance(outs, tuple):
+        return list(outs)
+    return [outs]
+
+
+def ineligible(gm) -> Optional[str]:
+    """Why AOT's forward is kept whatever the graph (read before AOT runs), or None."""
+    if isinstance(gm, torch._dynamo.utils.GmWrapper):
+        return "boxed inputs"  # AOT returns a boxed forward(args) for it
+    if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
+        return "lifted parameters"  # AOT prepends them to every call's inputs
+    if torch._C._is_any_autocast_enabled():
+        return "autocast is on"  # AOT disables it around every call
+    return None
