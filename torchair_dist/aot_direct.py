@@ -69,10 +69,10 @@ def wrap(aot_forward: Callable, runner: Callable, name: str,
     """``forward(*args)`` calling ``runner`` (AOT's boxed compiled graph) directly after
     ``aot_forward``'s first call; ``marks``: :func:`dynamic_marks`, applied as AOT does."""
     boxed = getattr(runner, "_boxed_call", False)
-    # A runner's class may name the function its __call__ forwards to (one frame less per
-    # call); looked up on the class, so a wrapper that forwards attributes is not skipped.
-    if boxed and getattr(type(runner), "boxed_entry", None) is not None:
-        runner = runner.boxed_entry
+    # A runner's class may make the forward itself (one generated frame per replay); looked
+    # up on the class, so a wrapper that forwards attributes to a runner is not taken for it.
+    if not marks and getattr(type(runner), "direct_call", None) is not None:
+        return _dressed(runner.direct_call(aot_forward), aot_forward, name)
     first: List[bool] = [True]
     is_grad = torch.is_grad_enabled
     set_grad = torch._C._set_grad_enabled
@@ -96,8 +96,13 @@ def wrap(aot_forward: Callable, runner: Callable, name: str,
             mark(outs[i], dims)
         return outs
 
+    return _dressed(forward, aot_forward, name)
+
+
+def _dressed(forward: Callable, aot_forward: Callable, name: str) -> Callable:
     forward.__dict__.update(aot_forward.__dict__)  # zero_grad, named_parameters, serialize ...
     forward.__wrapped__ = aot_forward
+    forward.skips_aot_wrapper = True  # what tests and tools check
     log.debug("%s: called without AOT's runtime wrapper (nothing for it to do)", name)
     return forward
 

@@ -84,9 +84,10 @@ class AclGraphRunner:
         self._shape_keys: Dict[Any, str] = {}  # shape part of a key -> its report name
         # key -> the ``fast`` tuple of a capture that needs no check per call (_install_fast)
         self._fast: Dict[Any, tuple] = {}
-        self.capture_key, self.entry, self._replay = _key_and_entry(
+        self._first_direct: Optional[Callable] = None  # direct_call: the first call's route
+        self.capture_key, self.entry, self._replay, self._direct = _key_and_entry(
             self.key_shape_indices, self.key_ptr_indices, ctx.example_inputs, self._fast,
-            self._call)
+            self._call, self._direct_slow)
 
     # -- keys ---------------------------------------------------------------------------
     def report_key(self, key) -> str:
@@ -100,10 +101,27 @@ class AclGraphRunner:
     def __call__(self, args: List[Any]):
         return self.entry(args)
 
-    @property
-    def boxed_entry(self) -> Callable[[List[Any]], Any]:
-        """What ``__call__`` forwards to, for callers that skip that frame."""
-        return self.entry
+    def direct_call(self, first: Callable) -> Callable:
+        """``forward(*args)`` for Dynamo, in place of AOT's forward ``first`` when AOT's runtime
+        wrapper has nothing to do (:mod:`torchair_dist.aot_direct`): the first call goes
+        through ``first``; later ones replay in one generated frame where they can, else run
+        this runner with grad mode off, as AOT's wrapper would."""
+        self._first_direct = first
+        return self._direct
+
+    def _direct_slow(self, args):
+        first = self._first_direct
+        if first is not None:
+            self._first_direct = None
+            return first(*args)
+        grad = torch.is_grad_enabled()
+        if grad:
+            torch._C._set_grad_enabled(False)
+        try:
+            return self.entry(list(args))
+        finally:
+            if grad:
+                torch._C._set_grad_enabled(True)
 
     def _call(self, args: List[Any]):
         """Every call the fast table does not answer: the first of a key, eager fallbacks,
@@ -278,13 +296,15 @@ _REPLAY_BODY = """\
 """
 
 
-def _key_and_entry(shape_indices, ptr_indices, examples, fast, slow):
-    """``capture_key(A)``, ``entry(A)`` and ``replay(A, C)`` generated for one graph's inputs.
+def _key_and_entry(shape_indices, ptr_indices, examples, fast, slow, slow_direct):
+    """``capture_key(A)``, ``entry(A)``, ``replay(A, C)`` and ``direct(*A)`` generated for
+    one graph's inputs.
 
     The key is (shapes of the non-static inputs, addresses of the parameters) as one
     expression; ``entry`` looks it up in ``fast`` (key -> a capture's ``fast`` tuple) and
     replays that capture in its own frame, else calls ``slow``; ``replay`` is that replay
-    for the runner's other paths."""
+    for the runner's other paths; ``direct`` is ``entry`` unboxed for a caller that leaves
+    grad mode alone (:meth:`AclGraphRunner.direct_call`), else ``slow_direct(A)``."""
     shapes = []
     for i in shape_indices:
         if isinstance(examples[i], torch.Tensor):  # AOT feeds a tensor where it traced one
@@ -296,10 +316,14 @@ def _key_and_entry(shape_indices, ptr_indices, examples, fast, slow):
     source = (f"def capture_key(A):\n    return {key}\n\n"
               f"def replay(A, C):\n{_REPLAY_BODY}\n"
               f"def entry(A):\n    C = fast_get({key})\n"
-              f"    if C is None:\n        return slow(A)\n{_REPLAY_BODY}")
+              f"    if C is None:\n        return slow(A)\n{_REPLAY_BODY}\n"
+              # unboxed, grad mode as the caller has it: only a replay that reads the
+              # caller's inputs (the record stand-in, which turns grad off itself) runs here
+              f"def direct(*A):\n    C = fast_get({key})\n"
+              f"    if C is None or not C[0]:\n        return slow_direct(A)\n{_REPLAY_BODY}")
     scope = {"_SCALARS": _SCALARS, "_Tensor": torch.Tensor, "fast_get": fast.get, "slow": slow,
-             "log": log,
+             "slow_direct": slow_direct, "log": log,
              "level_cache": getattr(log, "_cache", {})}  # cleared on every level change
     exec(compile(source, "<torchair_dist runner entry>", "exec"), scope)  # noqa: S102
     scope["entry"]._boxed_call = True
-    return scope["capture_key"], scope["entry"], scope["replay"]
+    return scope["capture_key"], scope["entry"], scope["replay"], scope["direct"]
