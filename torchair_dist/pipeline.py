@@ -95,7 +95,9 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("streams", "torchair_dist.streams.rewrite:rewrite_streams", "dynamo-pass",
           "torch.Stream/Event calls become tagged stream ops that survive tracing"),
     Stage("aot", "torchair_dist.backend:compile_with_aot", "aot",
-          "AOT autograd: functional graph, decompositions (default -> user -> patches)",
+          "AOT autograd: functional graph, decompositions (default -> user -> patches); "
+          "an inference graph its runtime wrapper has nothing to do for is called without "
+          "that wrapper after the first call",
           reads=("experimental_config.keep_inference_input_mutations",)),
     Stage("custom_pre_pass", "torchair_dist.passes.common:custom_pre_pass", "aot-pass",
           "the user's post_grad_custom_pre_pass(graph)", gate="post_grad_custom_pre_pass",
