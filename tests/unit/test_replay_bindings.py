@@ -49,18 +49,20 @@ def test_a_probe_runs_nothing():
     assert torch.equal(x, torch.zeros(3)) and torch.equal(out, torch.zeros(3))
 
 
-@pytest.mark.parametrize("self_, number, held", [
-    (torch.randn(4), 1, True),                                 # float tensor + int
-    (torch.randn(4), 0.25, True),                              # float tensor + float
-    (torch.randn(4, dtype=torch.float16), 1e-3, True),         # half + float: stays half
-    (torch.arange(4, dtype=torch.int32), 2, True),             # int32 + int: stays int32
-    (torch.arange(4, dtype=torch.int32), 2.5, False),          # int + float: default dtype
-    (torch.tensor(3.0), 1, False),                             # 0-dim self
-    (torch.randn(4), float("nan"), False),                     # not representable as equal
+@pytest.mark.parametrize("self_, number, held, binding", [
+    (torch.randn(4), 1, True, True),                           # float tensor + int
+    (torch.randn(4), 0.25, True, True),                        # float tensor + float
+    (torch.randn(4, dtype=torch.float16), 1e-3, True, True),   # half + float: stays half
+    (torch.arange(4, dtype=torch.int32), 2, True, True),       # int32 + int: stays int32
+    (torch.arange(4, dtype=torch.int32), 2.5, False, True),    # int + float: default dtype
+    (torch.tensor(3.0), 1, False, True),                       # 0-dim self
+    (torch.randn(4), float("nan"), False, True),                # not representable as equal
+    (torch.arange(4), 2 ** 70, False, False),                  # beyond int64: no binding takes it
 ])
-def test_a_number_is_prewrapped_only_when_the_result_type_is_the_same(self_, number, held):
+def test_a_number_is_prewrapped_only_when_the_result_type_is_the_same(self_, number, held,
+                                                                      binding):
     fn, args = bindings.fast_call(aten.add.Tensor, (self_, number), {})
-    assert fn is VF.add
+    assert (fn is VF.add) is binding
     assert isinstance(args[1], torch.Tensor) is held
     if held:
         assert args[1].dim() == 0 and args[1].item() == number

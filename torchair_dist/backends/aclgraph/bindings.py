@@ -14,6 +14,7 @@ type and value (a Python number for a ``Tensor`` argument shows as the number on
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Optional, Tuple
 
 import torch
@@ -43,7 +44,8 @@ class _Probe(TorchDispatchMode):
 def _probe(fn: Callable, args, kwargs) -> Optional[tuple]:
     probe = _Probe()
     try:
-        with probe:
+        with probe, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a binding's deprecation notes are not the user's
             fn(*args, **kwargs)
     except _Stop:
         return probe.seen
@@ -107,7 +109,10 @@ def prewrapped(fn: Callable, op, args: tuple, kwargs: dict) -> tuple:
             or not isinstance(op._schema.arguments[1].type, torch._C.TensorType)):
         return args
     number = args[1]
-    held = torch.tensor(number, dtype=_NUMBER_DTYPES[type(number)])
+    try:
+        held = torch.tensor(number, dtype=_NUMBER_DTYPES[type(number)])
+    except (OverflowError, RuntimeError):  # an int beyond int64
+        return args
     if held.item() != number or torch.result_type(args[0], number) != torch.result_type(
             args[0], held):
         return args
