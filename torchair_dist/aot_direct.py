@@ -11,8 +11,8 @@ For an inference graph where AOT's metadata says none of that applies, :func:`wr
 ``forward(*args)`` that turns grad mode off, calls the runner itself and marks dynamic output
 dims as AOT does. The first call still goes through AOT's forward (its first call checks
 custom ops' aliasing). Anything the checks below do not prove trivial keeps AOT's forward:
-training graphs, any mutated input, aliased outputs, effect tokens, tensor subclasses,
-functionalized RNG, autocast at compile time, deduplicated or lifted inputs.
+training graphs, any mutated input, aliased outputs, effect tokens, tensor subclasses (inputs
+or outputs), functionalized RNG, autocast at compile time, deduplicated or lifted inputs.
 """
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ def trivial_inference(gm: torch.fx.GraphModule, n_runtime_args: int) -> Optional
     """Why AOT's runtime wrapper is needed for this inference graph (read while AOT compiles
     it), or None when it is an identity around the runner."""
     from torch._functorch import config as functorch_config
-    from torch._functorch._aot_autograd.schemas import (MutationType, OutputType,
-                                                         SubclassCreationMeta)
+    from torch._functorch._aot_autograd.schemas import MutationType, OutputType
 
     ctx = torch._guards.TracingContext.try_get()
     meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
@@ -44,9 +43,6 @@ def trivial_inference(gm: torch.fx.GraphModule, n_runtime_args: int) -> Optional
         (meta.grad_enabled_mutation is not None, "the graph changes grad mode"),
         (bool(meta.tokens) or meta.num_graphsafe_rng_states, "effect tokens or RNG states"),
         (meta.is_rng_op_functionalized, "functionalized RNG"),
-        (any(isinstance(m, SubclassCreationMeta)
-             for m in list(meta.subclass_inp_meta) + list(meta.subclass_fw_graph_out_meta)),
-         "tensor subclasses"),
         (functorch_config.debug_assert, "functorch debug_assert"),
         (len(gm.graph.find_nodes(op="placeholder")) != n_runtime_args,
          "AOT changed the inputs (deduplicated, lifted or synthetic-base)"),
@@ -113,8 +109,13 @@ def _as_list(outs) -> list:
     return [outs]
 
 
-def ineligible(gm) -> Optional[str]:
-    """Why AOT's forward is kept whatever the graph (read before AOT runs), or None."""
+def ineligible(gm, example_inputs: Sequence[Any]) -> Optional[str]:
+    """Why AOT's forward is kept whatever the graph (read before AOT runs), or None.
+
+    Tensor subclasses are checked here, on Dynamo's graph: the metadata AOT hands the
+    compiler is the unwrapped graph's, where every tensor is plain."""
+    if _has_subclass(example_inputs) or _has_subclass(_output_values(gm)):
+        return "tensor subclasses"  # AOT wraps and unwraps them around every call
     if isinstance(gm, torch._dynamo.utils.GmWrapper):
         return "boxed inputs"  # AOT returns a boxed forward(args) for it
     if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
@@ -122,3 +123,21 @@ def ineligible(gm) -> Optional[str]:
     if torch._C._is_any_autocast_enabled():
         return "autocast is on"  # AOT disables it around every call
     return None
+
+
+def _has_subclass(values) -> bool:
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    return any(is_traceable_wrapper_subclass(v) for v in values)
+
+
+def _output_values(gm) -> List[Any]:
+    """The example values Dynamo recorded for the graph's outputs (None where it has none)."""
+    graph = getattr(gm, "graph", None)
+    if graph is None:
+        return []
+    found: List[Any] = []
+    for node in graph.find_nodes(op="output"):
+        torch.fx.node.map_arg(node.args, lambda n: found.append(
+            n.meta.get("example_value", n.meta.get("val"))))
+    return found

@@ -112,7 +112,7 @@ def compile_with_aot(gm, example_inputs, compiler: NpuFxCompiler, decompositions
     inference graph whose AOT runtime wrapper has nothing to do is called without it after
     its first call (:mod:`.aot_direct`)."""
     keep = compiler.config.experimental_config.keep_inference_input_mutations.raw
-    kept = aot_direct.ineligible(gm)
+    kept = aot_direct.ineligible(gm, example_inputs)
     seen: Dict[str, Any] = {}
 
     def inference(g, ex):

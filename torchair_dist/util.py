@@ -80,3 +80,21 @@ def reset_process_state() -> None:
     """Reset every registered counter/cache (called through the backend's ``reset``)."""
     for fn in _resetters:
         fn()
+
+
+def without_function_modes(fn: Callable, *args):
+    """``fn(*args)`` with no ``TorchFunctionMode`` on the stack.
+
+    The CPU stand-ins for a device graph (the record replay, the GE reference executor) call
+    torch's Python bindings, which run the user's torch-function modes; a device replays its
+    graph without them, and Dynamo already traced what a mode did into the graph. Dynamo
+    leaves the modes active while compiled code runs, so a stand-in under one takes this path
+    (``torch._C._is_torch_function_mode_enabled()`` tells it)."""
+    modes = []
+    while torch._C._len_torch_function_stack() > 0:
+        modes.append(torch._C._pop_torch_function_stack())
+    try:
+        return fn(*args)
+    finally:
+        for mode in reversed(modes):
+            torch._C._push_on_torch_function_stack(mode)

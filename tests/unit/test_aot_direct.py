@@ -177,3 +177,47 @@ def test_hf_static_cache_decode_keeps_aots_wrapper_and_equals_eager(debug_lines)
             token = ref[:, -1:].argmax(-1)
     assert returned and not any(_is_direct(r) for r in returned)
     assert any("an input is mutated" in line for line in debug_lines)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_tensor_subclass_input_or_output_keeps_aots_wrapper(mode, debug_lines):
+    """AOT unwraps subclasses before our compiler sees the graph (its metadata there is all
+    plain): the check runs on Dynamo's graph, for inputs and for outputs."""
+    from torch.testing._internal.subclasses import WrapperSubclass
+
+    f, returned = _compile(lambda x: x * 2 + 1, mode)
+    for _ in range(3):
+        x = WrapperSubclass(torch.randn(4))
+        got = f(x)
+        assert isinstance(got, WrapperSubclass) and torch.equal(got.a, x.a * 2 + 1)
+    g, returned_out = _compile(lambda x: WrapperSubclass(x * 2), mode)
+    for _ in range(3):
+        x = torch.randn(4)
+        got = g(x)
+        assert isinstance(got, WrapperSubclass) and torch.equal(got.a, x * 2)
+    assert not any(_is_direct(r) for r in returned + returned_out)
+    assert sum("tensor subclasses" in line for line in debug_lines) >= 2, debug_lines
+
+
+class _Doubling(torch.overrides.TorchFunctionMode):
+    """Doubles what every add returns: a mode whose effect Dynamo traces into the graph."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if getattr(func, "__name__", "") in ("add", "__add__"):
+            return out * 2
+        return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_torch_function_mode_is_applied_once(mode):
+    """Dynamo keeps the user's mode active while the compiled code runs; a replay that called
+    the add's Python binding would apply it a second time."""
+    fn = lambda x: torch.add(x, 1) * 3  # noqa: E731
+    f, _ = _compile(fn, mode)
+    for _ in range(4):
+        x = torch.randn(5)
+        want = torch.add(x, 1) * 2 * 3  # the add doubled once (computed outside the mode)
+        with _Doubling():
+            assert torch.equal(fn(x), want)  # eager under the mode
+            assert torch.equal(f(x), want)

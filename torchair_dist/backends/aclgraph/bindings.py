@@ -11,6 +11,9 @@ Nothing runs during a probe (no kernel, no write to ``out=``).
 
 Arguments are compared as a dispatch mode sees them: tensors by identity, anything else by
 type and value (a Python number for a ``Tensor`` argument shows as the number on both paths).
+
+Bindings run ``TorchFunctionMode``\ s and ``_op`` does not: probes and replays run with none on
+the stack (:func:`torchair_dist.util.without_function_modes`).
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from typing import Callable, Optional, Tuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from ...util import without_function_modes
 
 # Where torch's generated bindings live, searched in this order; then Tensor methods.
 _MODULES = ("_VariableFunctions", "_nn", "_linalg", "_special", "_fft")
@@ -91,8 +96,9 @@ def fast_call(op, args: tuple, kwargs: dict) -> Tuple[Callable, tuple]:
     direct = getattr(op, "_op", op)
     if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
         return direct, args
-    with torch.no_grad():  # as a replay runs
-        found = next((fn for fn in _candidates(op) if _dispatches(fn, op, args, kwargs)), None)
+    with torch.no_grad():  # as a replay runs: grad off, no torch-function mode
+        found = next((fn for fn in _candidates(op)
+                      if without_function_modes(_dispatches, fn, op, args, kwargs)), None)
     if found is None:
         return direct, args
     return found, prewrapped(found, op, args, kwargs)
@@ -118,4 +124,5 @@ def prewrapped(fn: Callable, op, args: tuple, kwargs: dict) -> tuple:
         return args
     new_args = (args[0], held) + tuple(args[2:])
     with torch.no_grad():
-        return new_args if _dispatches(fn, op, new_args, kwargs) else args
+        same = without_function_modes(_dispatches, fn, op, new_args, kwargs)
+    return new_args if same else args

@@ -34,6 +34,7 @@ import torch.fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...streams.rewrite import where
+from ...util import without_function_modes
 from .bindings import fast_call as _fast_call
 from .rules import HostCallGuard
 
@@ -257,7 +258,9 @@ class RecordGraph:
         self.source = _closure_source(len(gen.consts), body)
         namespace: Dict[str, Any] = {"is_grad": torch.is_grad_enabled,
                                      "set_grad": torch._C._set_grad_enabled,
-                                     "same_view": _same_view}
+                                     "same_view": _same_view,
+                                     "modes_on": torch._C._is_torch_function_mode_enabled,
+                                     "without_modes": without_function_modes}
         exec(compile(self.source, "<torchair_dist record replay>", "exec"), namespace)  # noqa: S102
         self.run = namespace["make"](gen.consts)
         self._consts = gen.consts
@@ -294,9 +297,11 @@ def _free_dead_values(lines: List[str]) -> List[str]:
 
 def _closure_source(n_consts: int, body: List[str]) -> str:
     """``make(K)`` binds the constants to locals K0..Kn and returns ``replay(A)``, which runs
-    ``body`` with grad mode off."""
+    ``body`` with grad mode off and no torch-function mode (see :mod:`.bindings`)."""
     head = ["def make(K):"] + [f"    K{i} = K[{i}]" for i in range(n_consts)]
     head += ["    def replay(A):",
+             "        if modes_on():",
+             "            return without_modes(replay, A)",
              "        grad = is_grad()",
              "        if grad:",
              "            set_grad(False)",

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ....util import without_function_modes
 from ..proto import ModelDef
 from . import kernels_hcom, kernels_shape  # noqa: F401  (fill KERNELS)
 from .base import GeRuntime
@@ -75,6 +76,8 @@ class ReferenceRuntime(GeRuntime):
     def run(self, inputs: Sequence[Any]) -> List[Any]:
         if self._fn is None:
             raise GeRuntimeError("run() called before load()")
+        if torch._C._is_torch_function_mode_enabled():  # the graph already holds what it did
+            return without_function_modes(self._fn, inputs)
         return self._fn(inputs)
 
 
