@@ -33,3 +33,19 @@ def record_capture(monkeypatch):
     """The CPU record stand-in for the ACL modes, whatever the environment says; use with
     ``pytestmark = pytest.mark.usefixtures("record_capture")``."""
     monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "record")
+
+
+@pytest.fixture
+def runners(monkeypatch):
+    """Every AclGraphRunner created during the test."""
+    from torchair_dist.backends.aclgraph import runner as runner_mod
+
+    made = []
+    orig = runner_mod.AclGraphRunner.__init__
+
+    def spy(self, *a, **k):
+        orig(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(runner_mod.AclGraphRunner, "__init__", spy)
+    return made

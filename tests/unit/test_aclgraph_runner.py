@@ -14,20 +14,6 @@ def emulate_capture(monkeypatch, request):
     monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", request.param)
 
 
-@pytest.fixture
-def runners(monkeypatch):
-    """Every AclGraphRunner created during the test."""
-    made = []
-    orig = runner_mod.AclGraphRunner.__init__
-
-    def spy(self, *a, **k):
-        orig(self, *a, **k)
-        made.append(self)
-
-    monkeypatch.setattr(runner_mod.AclGraphRunner, "__init__", spy)
-    return made
-
-
 def compile_fn(fn, dynamic=False, **options):
     cfg = CompilerConfig()
     cfg.mode = "npugraph_ex"

@@ -8,23 +8,9 @@ import torch
 import torchair_dist
 from torchair_dist import CompilerConfig, get_npu_backend
 from torchair_dist.backends.aclgraph import record as record_mod
-from torchair_dist.backends.aclgraph import runner as runner_mod
 
 
 pytestmark = pytest.mark.usefixtures("record_capture")
-
-
-@pytest.fixture
-def runners(monkeypatch):
-    made = []
-    orig = runner_mod.AclGraphRunner.__init__
-
-    def spy(self, *a, **k):
-        orig(self, *a, **k)
-        made.append(self)
-
-    monkeypatch.setattr(runner_mod.AclGraphRunner, "__init__", spy)
-    return made
 
 
 def compile_fn(fn, dynamic=False, mode="npugraph_ex", **options):

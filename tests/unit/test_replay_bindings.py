@@ -6,7 +6,6 @@ import torch
 
 from torchair_dist import CompilerConfig, get_npu_backend
 from torchair_dist.backends.aclgraph import bindings
-from torchair_dist.backends.aclgraph import runner as runner_mod
 
 aten = torch.ops.aten
 VF = torch._C._VariableFunctions
@@ -74,19 +73,6 @@ def _compile(fn):
     cfg = CompilerConfig()
     cfg.mode = "npugraph_ex"
     return torch.compile(fn, backend=get_npu_backend(compiler_config=cfg), fullgraph=True)
-
-
-@pytest.fixture
-def runners(monkeypatch):
-    made = []
-    orig = runner_mod.AclGraphRunner.__init__
-
-    def spy(self, *a, **k):
-        orig(self, *a, **k)
-        made.append(self)
-
-    monkeypatch.setattr(runner_mod.AclGraphRunner, "__init__", spy)
-    return made
 
 
 CASES = {
