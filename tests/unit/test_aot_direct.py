@@ -132,21 +132,14 @@ def test_grad_mode_is_restored_when_the_call_fails():
     assert torch.is_grad_enabled()
 
 
-def _tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    torch.manual_seed(0)
-    return cfg, LlamaForCausalLM(cfg).eval()
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_hf_llama_forward_is_called_directly_and_equals_eager(mode):
     """transformers' Llama (not our code): a cache-free forward mutates nothing, so it skips
     AOT's wrapper; logits equal eager's on every call."""
     pytest.importorskip("transformers")
-    _, model = _tiny_llama()
+    from hf_tiny import tiny_llama
+
+    _, model = tiny_llama()
     f, returned = _compile(lambda ids: model(ids, use_cache=False).logits, mode)
     with torch.no_grad():
         for _ in range(3):
@@ -159,22 +152,11 @@ def test_hf_llama_forward_is_called_directly_and_equals_eager(mode):
 def test_hf_static_cache_decode_keeps_aots_wrapper_and_equals_eager(debug_lines):
     """The decode step writes the static KV cache (mutated inputs): AOT's wrapper stays."""
     pytest.importorskip("transformers")
-    from transformers import StaticCache
+    from hf_tiny import decode_matches_eager, tiny_llama
 
-    cfg, model = _tiny_llama()
-    caches = [StaticCache(config=cfg, max_cache_len=16) for _ in range(2)]
-    prompt = torch.randint(0, 64, (1, 4))
-    with torch.no_grad():
-        for cache in caches:
-            model(prompt, past_key_values=cache, cache_position=torch.arange(4), use_cache=True)
-        step, returned = _compile(model.forward, "npugraph_ex")
-        token = torch.tensor([[5]])
-        for pos in range(4, 8):
-            args = dict(input_ids=token, cache_position=torch.tensor([pos]), use_cache=True)
-            ref = model(past_key_values=caches[0], **args).logits
-            got = step(past_key_values=caches[1], **args).logits
-            torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
-            token = ref[:, -1:].argmax(-1)
+    cfg, model = tiny_llama()
+    step, returned = _compile(model.forward, "npugraph_ex")
+    decode_matches_eager(cfg, model, step)
     assert returned and not any(_is_direct(r) for r in returned)
     assert any("an input is mutated" in line for line in debug_lines)
 

@@ -71,26 +71,11 @@ def test_old_value_read_after_the_update_keeps_the_copy():
 
 def test_hf_static_cache_decode_step_writes_the_cache_in_place():
     pytest.importorskip("transformers")
-    from transformers import LlamaConfig, LlamaForCausalLM, StaticCache
+    from hf_tiny import decode_matches_eager, tiny_llama
 
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).eval()
-    caches = [StaticCache(config=cfg, max_cache_len=16) for _ in range(2)]
-    prompt = torch.randint(0, 64, (1, 4))
-    with torch.no_grad():
-        for cache in caches:  # prefill eagerly
-            model(prompt, past_key_values=cache, cache_position=torch.arange(4), use_cache=True)
-        step = _compile(model.forward)
-        token = torch.tensor([[5]])
-        with compiler.record_graphs() as graphs:
-            for pos in range(4, 8):
-                args = dict(input_ids=token, cache_position=torch.tensor([pos]), use_cache=True)
-                ref = model(past_key_values=caches[0], **args).logits
-                got = step(past_key_values=caches[1], **args).logits
-                torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
-                token = ref[:, -1:].argmax(-1)
+    cfg, model = tiny_llama()
+    with compiler.record_graphs() as graphs:
+        decode_matches_eager(cfg, model, _compile(model.forward))
     ops = op_targets(graphs[0].gm)
     assert ops.count("aten.index_copy_.default") == 2 * cfg.num_hidden_layers, ops
     assert "aten.index_copy.default" not in ops and "aten.copy_.default" not in ops

@@ -110,6 +110,8 @@ class AclGraphRunner:
         return self._direct
 
     def _direct_slow(self, args):
+        """``direct``'s calls the fast table does not answer: the first one (through AOT's
+        forward), then :meth:`_call` with grad mode off."""
         first = self._first_direct
         if first is not None:
             self._first_direct = None
@@ -118,7 +120,7 @@ class AclGraphRunner:
         if grad:
             torch._C._set_grad_enabled(False)
         try:
-            return self.entry(list(args))
+            return self._call(list(args))
         finally:
             if grad:
                 torch._C._set_grad_enabled(True)
@@ -296,6 +298,18 @@ _REPLAY_BODY = """\
 """
 
 
+_GRAD_OFF_REPLAY = """\
+        grad = is_grad()
+        if grad:
+            set_grad(False)
+        try:
+            return replay_capture(A, C)  # ``replay`` is a local of the body below
+        finally:
+            if grad:
+                set_grad(True)
+"""
+
+
 def _key_and_entry(shape_indices, ptr_indices, examples, fast, slow, slow_direct):
     """``capture_key(A)``, ``entry(A)``, ``replay(A, C)`` and ``direct(*A)`` generated for
     one graph's inputs.
@@ -304,7 +318,8 @@ def _key_and_entry(shape_indices, ptr_indices, examples, fast, slow, slow_direct
     expression; ``entry`` looks it up in ``fast`` (key -> a capture's ``fast`` tuple) and
     replays that capture in its own frame, else calls ``slow``; ``replay`` is that replay
     for the runner's other paths; ``direct`` is ``entry`` unboxed for a caller that leaves
-    grad mode alone (:meth:`AclGraphRunner.direct_call`), else ``slow_direct(A)``."""
+    grad mode alone (:meth:`AclGraphRunner.direct_call`), with ``slow_direct(A)`` for keys
+    the fast table does not answer."""
     shapes = []
     for i in shape_indices:
         if isinstance(examples[i], torch.Tensor):  # AOT feeds a tensor where it traced one
@@ -317,13 +332,17 @@ def _key_and_entry(shape_indices, ptr_indices, examples, fast, slow, slow_direct
               f"def replay(A, C):\n{_REPLAY_BODY}\n"
               f"def entry(A):\n    C = fast_get({key})\n"
               f"    if C is None:\n        return slow(A)\n{_REPLAY_BODY}\n"
-              # unboxed, grad mode as the caller has it: only a replay that reads the
-              # caller's inputs (the record stand-in, which turns grad off itself) runs here
+              # unboxed, grad mode as the caller has it: a replay that reads the caller's
+              # inputs (the record stand-in, which turns grad off itself) runs the body; any
+              # other replay runs ``replay`` with grad off, as AOT's wrapper would
               f"def direct(*A):\n    C = fast_get({key})\n"
-              f"    if C is None or not C[0]:\n        return slow_direct(A)\n{_REPLAY_BODY}")
+              f"    if C is None:\n        return slow_direct(A)\n"
+              f"    if not C[0]:\n{_GRAD_OFF_REPLAY}{_REPLAY_BODY}")
     scope = {"_SCALARS": _SCALARS, "_Tensor": torch.Tensor, "fast_get": fast.get, "slow": slow,
-             "slow_direct": slow_direct, "log": log,
+             "slow_direct": slow_direct, "log": log, "is_grad": torch.is_grad_enabled,
+             "set_grad": torch._C._set_grad_enabled,
              "level_cache": getattr(log, "_cache", {})}  # cleared on every level change
     exec(compile(source, "<torchair_dist runner entry>", "exec"), scope)  # noqa: S102
+    scope["replay_capture"] = scope["replay"]
     scope["entry"]._boxed_call = True
     return scope["capture_key"], scope["entry"], scope["replay"], scope["direct"]
