@@ -112,7 +112,7 @@ def conversion(layer_counts):
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     from torchair_dist.backends.ge.fx2ge import convert_graph
-    from torchair_dist.backends.ge.runtime import ReferenceRuntime
+    from torchair_dist.cpu.ge_reference import ReferenceRuntime
 
     print("\n1. FX -> GE conversion against graph size (median of 3)")
     print(f"{'layers':>6} {'FX nodes':>9} {'GE ops':>7} {'convert ms':>11} {'serialize ms':>13} "

@@ -17,7 +17,7 @@ or outputs), functionalized RNG, autocast at compile time, deduplicated or lifte
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -141,3 +141,37 @@ def _output_values(gm) -> List[Any]:
         torch.fx.node.map_arg(node.args, lambda n: found.append(
             n.meta.get("example_value", n.meta.get("val"))))
     return found
+
+
+def compile_with_aot(gm, example_inputs, compiler, decompositions: Dict):
+    """AOT autograd with our compilers; inference graphs keep input mutations in-graph. An
+    inference graph whose AOT runtime wrapper has nothing to do is called without it after
+    its first call (:func:`wrap`)."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    keep = compiler.config.experimental_config.keep_inference_input_mutations.raw
+    kept = ineligible(gm, example_inputs)
+    seen: Dict[str, Any] = {}
+
+    def inference(g, ex):
+        runner = compiler.inference(g, ex)
+        seen["why"] = kept or trivial_inference(g, len(example_inputs))
+        seen["name"] = getattr(runner, "name", "graph")
+        if seen["why"] is None:
+            seen["marks"] = dynamic_marks()
+            seen["runner"] = runner
+        return runner
+
+    aot_forward = aot_module_simplified(
+        gm, example_inputs,
+        fw_compiler=compiler.forward,
+        bw_compiler=compiler.backward,
+        inference_compiler=inference,
+        decompositions=decompositions,
+        keep_inference_input_mutations=keep,
+    )
+    if "runner" not in seen:
+        if "why" in seen:
+            log.debug("%s: called through AOT's runtime wrapper: %s", seen["name"], seen["why"])
+        return aot_forward
+    return wrap(aot_forward, seen["runner"], seen["name"], seen["marks"])

@@ -6,9 +6,9 @@ import logging
 from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
-from torch._functorch.aot_autograd import aot_module_simplified
 
-from . import aot_direct, pipeline, platform
+from . import pipeline, platform
+from .aot_direct import compile_with_aot
 from ._logging import init_logging
 from .compiler import NpuFxCompiler, get_compiler
 from .configs import MODES, CompilerConfig, apply_compile_options
@@ -105,38 +105,6 @@ def _npu_backend(gm: torch.fx.GraphModule, example_inputs, *, compiler_config: C
         gm = dynamo_pass(gm, config)
     compiler = compiler_factory(config)
     return compile_with_aot(gm, example_inputs, compiler, decompositions)
-
-
-def compile_with_aot(gm, example_inputs, compiler: NpuFxCompiler, decompositions: Dict):
-    """AOT autograd with our compilers; inference graphs keep input mutations in-graph. An
-    inference graph whose AOT runtime wrapper has nothing to do is called without it after
-    its first call (:mod:`.aot_direct`)."""
-    keep = compiler.config.experimental_config.keep_inference_input_mutations.raw
-    kept = aot_direct.ineligible(gm, example_inputs)
-    seen: Dict[str, Any] = {}
-
-    def inference(g, ex):
-        runner = compiler.inference(g, ex)
-        seen["why"] = kept or aot_direct.trivial_inference(g, len(example_inputs))
-        seen["name"] = getattr(runner, "name", "graph")
-        if seen["why"] is None:
-            seen["marks"] = aot_direct.dynamic_marks()
-            seen["runner"] = runner
-        return runner
-
-    aot_forward = aot_module_simplified(
-        gm, example_inputs,
-        fw_compiler=compiler.forward,
-        bw_compiler=compiler.backward,
-        inference_compiler=inference,
-        decompositions=decompositions,
-        keep_inference_input_mutations=keep,
-    )
-    if "runner" not in seen:
-        if "why" in seen:
-            log.debug("%s: called through AOT's runtime wrapper: %s", seen["name"], seen["why"])
-        return aot_forward
-    return aot_direct.wrap(aot_forward, seen["runner"], seen["name"], seen["marks"])
 
 
 def _named_mode_backend(mode: str):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import importlib
 import itertools
 import logging
@@ -10,11 +11,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .graph_context import Backend, GraphContext, current_rank_and_world
-from .collectives import consistency
-from .configs import CompilerConfig
-from .debug import data_dump_runner, dumps_original_graph
 from . import pipeline
+from .configs import CompilerConfig
+from .debug import dumps_original_graph
+from .graph_context import Backend, GraphContext, current_rank_and_world, eager_runner
 from .errors import BackendUnavailableError
 from .passes.graph_info import mutated_input_indices
 from .util import on_dynamo_reset
@@ -83,32 +83,42 @@ def backend_for_mode(mode: str) -> Backend:
 
 def build_runner(ctx: GraphContext, entry: Optional[Dict] = None,
                  original: Optional[torch.fx.GraphModule] = None):
-    """The runner of ``ctx``'s graph, wrapped in the cross-rank check (the one place both paths
-    get it): ``entry`` None: a fresh compile (the debug stages, then ``backend.compile``); else
-    the compile cache's entry the graph was rebuilt from (``backend.load``). ``original``: the
-    graph before the passes, kept only for ``dump_config.data_dump_stage="original"``."""
-    if entry is None:
-        runner = _compile_runner(ctx, original)
-    else:
-        runner = backend_for_mode(ctx.config.mode.raw).load(entry, ctx)
-    return consistency.guard_first_run(runner, ctx)
+    """The runner of ``ctx``'s graph: the mode's ``route`` stages in the table's order, then its
+    ``runtime`` stages around the runner (the cross-rank check). ``entry`` None: a fresh compile;
+    else the compile cache's entry the graph was rebuilt from (the route ends in
+    ``backend.load``). ``original``: the graph before the passes, kept only for
+    ``dump_config.data_dump_stage="original"``."""
+    ctx = dataclasses.replace(ctx, original_gm=original, cache_entry=entry)
+    runner = run_route(ctx)
+    for stage in pipeline.stages_at(ctx.config, "runtime"):
+        runner = pipeline.resolve(stage)(runner, ctx)
+    return runner
 
 
-def _compile_runner(ctx: GraphContext, original: Optional[torch.fx.GraphModule] = None):
-    """The backend-level stages of a fresh compile: fx_summary, data_dump / run_eagerly, or
-    the mode's backend."""
-    cfg, gm, rank = ctx.config, ctx.gm, ctx.rank
-    summary_only = False
-    if cfg.debug.fx_summary.type.raw is not None:
-        from .fx_summary import write_summary
+def run_route(ctx: GraphContext):
+    """The ``route`` stages that run for this config and platform, in order: each returns the
+    context the next one works on, or the runner (which ends the route)."""
+    for stage in pipeline.stages_at(ctx.config, "route"):
+        out = pipeline.resolve(stage)(ctx)
+        if not isinstance(out, GraphContext):
+            return out
+        ctx = out
+    raise BackendUnavailableError(f"mode {ctx.config.mode.raw!r}: its route ends without a "
+                                  f"runner (pipeline.MODE_TABLE lacks a compile stage)")
 
-        write_summary(gm, ctx.graph_name, rank)
-        summary_only = cfg.debug.fx_summary.skip_compile.raw
-    if cfg.debug.data_dump.type.raw is not None:
-        return data_dump_runner(gm, cfg, ctx.graph_name, rank, original)
-    if summary_only or cfg.debug.run_eagerly.raw:
-        return _eager_runner(gm)
-    return backend_for_mode(cfg.mode.raw).compile(ctx)
+
+def eager_stage(ctx: GraphContext):
+    """The ``run_eagerly`` stage: the FX graph runs as it is, instead of the backend."""
+    return eager_runner(ctx.gm)
+
+
+def backend_stage(ctx: GraphContext):
+    """The ``compile`` stage: the mode's backend compiles the graph, or loads it from the
+    compile cache's entry (``ctx.cache_entry``)."""
+    backend = backend_for_mode(ctx.config.mode.raw)
+    if ctx.cache_entry is not None:
+        return backend.load(ctx.cache_entry, ctx)
+    return backend.compile(ctx)
 
 
 def make_context(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig,
@@ -170,14 +180,6 @@ class NpuFxCompiler:
 
     def backward(self, gm, example_inputs):
         return self(gm, example_inputs, is_inference=False)
-
-
-def _eager_runner(gm: torch.fx.GraphModule):
-    def run(args):
-        return gm(*args)
-
-    run._boxed_call = True
-    return run
 
 
 def get_compiler(compiler_config: Optional[CompilerConfig] = None) -> NpuFxCompiler:

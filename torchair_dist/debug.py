@@ -118,3 +118,8 @@ def data_dump_runner(gm: torch.fx.GraphModule, config, name: str, rank: int,
     run.dump_stage = stage
     log.info("%s: data dump of the %s graph to %s", name, stage, directory)
     return run
+
+
+def data_dump_stage(ctx):
+    """The ``data_dump`` stage of the route: a runner that dumps every node's outputs."""
+    return data_dump_runner(ctx.gm, ctx.config, ctx.graph_name, ctx.rank, ctx.original_gm)

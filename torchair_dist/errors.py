@@ -62,3 +62,13 @@ class CacheRejectedError(TorchairDistError, RuntimeError):
 
 class StreamApiError(TorchairDistError, ValueError):
     """A stream/event API was called with a bad tag or a duplicate tagged event."""
+
+
+class GeRuntimeError(TorchairDistError, RuntimeError):
+    """A GE graph cannot be loaded or run by its executor (the CANN runtime or the CPU
+    reference executor)."""
+
+
+class NotCacheableError(TorchairDistError):
+    """A compiled function cannot be stored in the compile cache (it still runs; nothing is
+    saved); the message says what in it cannot be stored."""

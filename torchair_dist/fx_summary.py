@@ -65,3 +65,16 @@ def write_summary(gm: torch.fx.GraphModule, graph_name: str, rank: int) -> str:
         writer.writerows(summarize(gm))
     log.info("rank %d: op summary of %s written to %s", rank, graph_name, path)
     return path
+
+
+def summary_stage(ctx):
+    """The ``fx_summary`` stage of the route: write the summary; with
+    ``debug.fx_summary.skip_compile`` the graph then runs eagerly (unless a data dump asks
+    for its own runner), else the route goes on."""
+    write_summary(ctx.gm, ctx.graph_name, ctx.rank)
+    cfg = ctx.config
+    if cfg.get("debug.fx_summary.skip_compile") and cfg.get("debug.data_dump.type") is None:
+        from .graph_context import eager_runner
+
+        return eager_runner(ctx.gm)
+    return ctx

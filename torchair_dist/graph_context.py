@@ -28,6 +28,12 @@ class GraphContext:
             (``graph_<n>``), used in dumps.
         rank / world_size: of the default process group, 0 / 1 without one.
         is_inference: True for an inference (no-grad) graph, False for a training forward.
+        original_gm: the graph before the AOT passes (kept only for
+            ``dump_config.data_dump_stage="original"``).
+        cache_entry: the compile-cache entry the graph was rebuilt from (None: a fresh compile;
+            the route's last stage then loads instead of compiling).
+        transport: how the runner's collectives travel (a
+            ``platform.interfaces.CollectiveTransport``; None: the graph's own collectives).
     """
 
     gm: torch.fx.GraphModule
@@ -39,6 +45,9 @@ class GraphContext:
     rank: int = 0
     world_size: int = 1
     is_inference: bool = True
+    original_gm: Any = None
+    cache_entry: Any = None
+    transport: Any = None
 
 
 # A runner takes the flat list of graph inputs ("boxed": the list may be cleared by the
@@ -50,6 +59,13 @@ def boxed(fn: Callable[..., Any]) -> Runner:
     """Mark ``fn(args_list)`` as using AOT autograd's boxed calling convention."""
     fn._boxed_call = True  # type: ignore[attr-defined]
     return fn
+
+
+def eager_runner(gm: torch.fx.GraphModule) -> Runner:
+    """A boxed runner that runs the FX graph itself (``debug.run_eagerly`` and friends)."""
+    def run(args):
+        return gm(*args)
+    return boxed(run)
 
 
 class Backend:

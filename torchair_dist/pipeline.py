@@ -1,11 +1,21 @@
 """The declared pipeline: every stage of a compile, and one row per mode.
 
 Reading this module is reading the pipeline. A :class:`Stage` names one step, the function that
-runs it, the graph it works on (``dynamo``: the graph Dynamo traced; ``aot``: the functional
-graph AOT autograd produced; ``backend``: the mode's graph compiler; ``runtime``: the first
-call), the option that gates it, the options it reads, where it takes effect and whether its
-result can be dumped. A :class:`ModeRow` lists, for one ``CompilerConfig.mode``, its backend,
-its stages in order and the format its cache entries use.
+runs it, the graph it works on, the option that gates it, the options it reads, where it takes
+effect and whether its result can be dumped. A :class:`ModeRow` lists, for one
+``CompilerConfig.mode``, its backend, its stages in order and the format its cache entries use.
+
+The table runs the pipeline: each level's stages are called from it, in the row's order, when
+their gate says so (:func:`stages_at`), with one calling convention per level:
+
+* ``dynamo-pass``: ``fn(gm, config) -> gm`` on the graph Dynamo traced (the backend entry);
+* ``aot``: the AOT autograd wrapper itself (the backend entry);
+* ``aot-pass``: ``fn(gm, example_inputs, config) -> gm`` on AOT's functional graph (compiler);
+* ``route``: ``fn(ctx) -> ctx | runner``: what turns the passed graph into a runner, in order;
+  a stage returns the context the next one works on, or the runner, which ends the route
+  (debug runners, the collective transport, then the mode's backend: ``compile``);
+* ``backend``: a step inside the mode's backend, run by that backend in the order listed;
+* ``runtime``: ``fn(runner, ctx) -> runner`` around the runner (the cross-rank check).
 
 Option support is *derived* from these declarations (:func:`effective_options`): an option takes
 effect when a stage that runs for this mode, platform and config reads it; any other option the
@@ -16,7 +26,6 @@ reads against the reads the code really makes, so the table cannot drift from th
 from __future__ import annotations
 
 import dataclasses
-import os
 import warnings
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
@@ -27,7 +36,7 @@ from .errors import UnsupportedModeError
 ALL_PLATFORMS: FrozenSet[str] = frozenset({"npu", "cuda", "cpu"})
 DEVICES: FrozenSet[str] = frozenset({"npu", "cuda"})
 NPU: FrozenSet[str] = frozenset({"npu"})
-CPU_CAPTURE_ENV = "TORCHAIR_DIST_CPU_CAPTURE"
+CPU_CAPTURE_ENV = "TORCHAIR_DIST_CPU_CAPTURE"  # read by the CPU wing's capture stand-ins
 
 # Options every compile reads whatever else is set (which mode, which passes to call).
 ALWAYS_READ: FrozenSet[str] = frozenset({"mode"})
@@ -53,7 +62,7 @@ class Stage:
 
     name: str
     fn: str                                   # "module:function"
-    level: str                                # dynamo-pass | aot | aot-pass | backend | runtime
+    level: str                                # dynamo-pass | aot | aot-pass | route | backend | runtime
     doc: str
     gate: Optional[str] = None
     runs_when: Callable[[object], bool] = bool
@@ -64,8 +73,13 @@ class Stage:
     def platform_set(self) -> FrozenSet[str]:
         return self.platforms() if callable(self.platforms) else self.platforms
 
-    def runs(self, config: CompilerConfig) -> bool:
-        return self.gate is None or self.runs_when(config.option(self.gate)._raw)
+    def runs(self, config: CompilerConfig, tracked: bool = False) -> bool:
+        """Whether the gate lets the stage run; ``tracked``: read the gate as the code's own
+        read (when the stage really runs), not as bookkeeping."""
+        if self.gate is None:
+            return True
+        option = config.option(self.gate)
+        return self.runs_when(option.raw if tracked else option._raw)
 
     def all_options(self) -> Tuple[str, ...]:
         return ((self.gate,) if self.gate else ()) + self.reads
@@ -74,7 +88,9 @@ class Stage:
 def _capture_platforms() -> FrozenSet[str]:
     """Device graphs capture on NPU and CUDA; on CPU the recording stand-in captures (the
     default) unless ``TORCHAIR_DIST_CPU_CAPTURE=off``."""
-    if (os.environ.get(CPU_CAPTURE_ENV) or "record") == "off":
+    from .platform import stand_ins
+
+    if stand_ins.capture_mode() == "off":
         return DEVICES
     return ALL_PLATFORMS
 
@@ -94,7 +110,7 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "tag matching send/recv pairs and make receive buffers real dependencies"),
     Stage("streams", "torchair_dist.streams.rewrite:rewrite_streams", "dynamo-pass",
           "torch.Stream/Event calls become tagged stream ops that survive tracing"),
-    Stage("aot", "torchair_dist.backend:compile_with_aot", "aot",
+    Stage("aot", "torchair_dist.aot_direct:compile_with_aot", "aot",
           "AOT autograd: functional graph, decompositions (default -> user -> patches); "
           "an inference graph its runtime wrapper has nothing to do for is called without "
           "that wrapper after the first call",
@@ -147,17 +163,17 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           runs_when=lambda v: v in ("BFS", "RDFS")),
     Stage("validate", "torchair_dist.passes.validate:validate_pass", "aot-pass",
           "the graph holds only ops the backends accept"),
-    Stage("fx_summary", "torchair_dist.fx_summary:write_summary", "backend",
+    Stage("fx_summary", "torchair_dist.fx_summary:summary_stage", "route",
           "write a csv of the graph's ops and their GE support; with skip_compile, run eagerly",
           gate="debug.fx_summary.type", runs_when=_is_set,
           reads=("debug.fx_summary.skip_compile",)),
-    Stage("data_dump", "torchair_dist.debug:data_dump_runner", "backend",
+    Stage("data_dump", "torchair_dist.debug:data_dump_stage", "route",
           "instead of the backend: run node by node and save every node's outputs; of the "
           "graph before the passes with data_dump_stage='original'",
           gate="debug.data_dump.type", runs_when=_is_set,
           reads=("debug.data_dump.filter", "debug.data_dump.path",
                  "dump_config.data_dump_stage")),
-    Stage("run_eagerly", "torchair_dist.compiler:_eager_runner", "backend",
+    Stage("run_eagerly", "torchair_dist.compiler:eager_stage", "route",
           "instead of the backend: run the FX graph eagerly", gate="debug.run_eagerly"),
     Stage("ge_convert", "torchair_dist.backends.ge:compile_graph", "backend",
           "FX -> GE IR graph, validated against the operator registry; with enable_ref_data "
@@ -181,11 +197,15 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("cann_aoe", "torchair_dist.backends.ge.runtime.cann_options:cann_options",
           "backend", "AOE operator tuning options", gate="aoe_config.aoe_mode",
           runs_when=_is_set, reads=_cann.CANN_AOE_READS, platforms=NPU),
-    Stage("shm_collectives", "torchair_dist.collectives.shm:for_runner", "backend",
+    Stage("shm_collectives", "torchair_dist.platform.stand_ins:transport_stage", "route",
           "the runner's all_reduce / equal-piece all_to_all exchange through shared memory "
           "between the ranks of one host instead of gloo (the compiled graph and its cache "
-          "entry keep the original collectives)", gate="distributed_config.cpu_shm_collectives",
-          platforms=frozenset({"cpu"})),
+          "entry keep the original collectives; ACL: the runner's copy of the graph is "
+          "rewritten, GE: the reference executor's Hcom kernels)",
+          gate="distributed_config.cpu_shm_collectives", platforms=frozenset({"cpu"})),
+    Stage("compile", "torchair_dist.compiler:backend_stage", "route",
+          "the mode's backend compiles the graph (its steps follow), or loads it from a "
+          "compile-cache entry"),
     Stage("acl_codegen", "torchair_dist.backends.aclgraph.codegen:generate_forward", "backend",
           "a generated straight-line runner of the FX graph", dumped=True),
     Stage("acl_dump", "torchair_dist.debug:dump_fx_graph", "backend",
@@ -206,9 +226,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "NPU/CUDA graph capture itself", reads=("npugraphex_config.capture_error_mode",),
           platforms=DEVICES),
     Stage("consistency", "torchair_dist.collectives.consistency:guard_first_run", "runtime",
-          "before the first run all ranks compare their collectives through the c10d store",
-          gate="distributed_config.consistency_check",
-          reads=("distributed_config.consistency_timeout",)),
+          "before the first run all ranks compare their collectives through the c10d store "
+          "(with consistency_check); a peer's fault at run time is reported with the graph's "
+          "collectives (always)",
+          reads=("distributed_config.consistency_check", "distributed_config.consistency_timeout")),
 )}
 
 _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
@@ -216,12 +237,12 @@ _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
 _SPLIT = _ENTRY.index("view_to_reshape")  # ACL modes fuse patterns before view -> reshape
 _ACL = _ENTRY[:_SPLIT] + ("pattern_fusion",) + _ENTRY[_SPLIT:] + (
     "overlap", "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "validate",
-    "fx_summary", "data_dump", "run_eagerly", "shm_collectives", "acl_codegen", "acl_dump",
-    "inductor_kernels", "value_ints", "capture", "device_capture", "consistency")
-_GE = _ENTRY + ("overlap", "constant_folding", "dead_code_elimination", "deadlock_check", "topology_sort",
-                "validate", "fx_summary", "data_dump", "run_eagerly", "ge_convert", "ge_dump",
-                "ge_export", "shm_collectives", "ge_run", "cann_options", "cann_dump", "cann_aoe",
-                "consistency")
+    "fx_summary", "data_dump", "run_eagerly", "shm_collectives", "compile", "acl_codegen",
+    "acl_dump", "inductor_kernels", "value_ints", "capture", "device_capture", "consistency")
+_GE = _ENTRY + ("overlap", "constant_folding", "dead_code_elimination", "deadlock_check",
+                "topology_sort", "validate", "fx_summary", "data_dump", "run_eagerly",
+                "shm_collectives", "compile", "ge_convert", "ge_dump", "ge_export", "ge_run",
+                "cann_options", "cann_dump", "cann_aoe", "consistency")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,6 +392,14 @@ def resolve(stage: Stage) -> Callable:
         module, attr = stage.fn.split(":")
         fn = _resolved[stage.fn] = getattr(importlib.import_module(module), attr)
     return fn
+
+
+def stages_at(config: CompilerConfig, level: str) -> List[Stage]:
+    """The stages of ``config``'s mode at ``level`` that run now: in the row's order, on this
+    platform, their gate read as the code's own read."""
+    platform = current_platform()
+    return [s for s in stages_of(config.mode.raw) if s.level == level
+            and platform in s.platform_set() and s.runs(config, tracked=True)]
 
 
 def passes_of(mode: str, level: str) -> List[Callable]:

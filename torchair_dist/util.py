@@ -4,7 +4,9 @@
 - :func:`op_name`: ``ns::name`` of an op target; :func:`namespace_and_name`: the two parts;
 - :func:`current_rank_and_world`: rank and world size of the default process group;
 - :func:`input_device`: the device of a graph's tensor inputs;
-- :func:`on_dynamo_reset`: state that ``torch._dynamo.reset()`` clears.
+- :func:`on_dynamo_reset`: state that ``torch._dynamo.reset()`` clears; :data:`PROCESS_STATE`:
+  every piece of module-level state, and whether ``torch._dynamo.reset()`` clears it or why it
+  lives as long as the process (``tests/unit/test_process_state.py`` keeps it complete).
 """
 from __future__ import annotations
 
@@ -74,6 +76,49 @@ def on_dynamo_reset(fn: Callable[[], None]) -> Callable[[], None]:
     """Register ``fn`` to run when ``torch._dynamo.reset()`` resets the backends it used."""
     _resetters.append(fn)
     return fn
+
+
+# "module:name" -> "reset" (cleared by torch._dynamo.reset(), through the backend's ``reset``
+# hook) or why it is process-wide. Uppercase tables filled once at import are not listed.
+RESET = "reset"
+PROCESS_STATE = {
+    "torchair_dist.backends.aclgraph.report:_counts": RESET,
+    "torchair_dist.backends.aclgraph.report:_reasons": RESET,
+    "torchair_dist.backends.aclgraph.report:_cells": RESET,
+    "torchair_dist.compiler:_graph_ids": RESET,
+    "torchair_dist.backends.aclgraph.capture:_CAPTURE_STREAMS":
+        "one capture stream per device, as torch's own graph capture keeps one",
+    "torchair_dist.collectives.consistency:_check_counts":
+        "the cross-rank check's sequence numbers must stay in step on every rank; a rank's "
+        "torch._dynamo.reset() alone would put it out of step (reset_check_sequence() on "
+        "every rank starts a new sequence)",
+    "torchair_dist.collectives.consistency:_epoch": "shared with failures._epoch (above)",
+    "torchair_dist.collectives.failures:_epoch":
+        "the failure board's epoch, in step on every rank (reset_check_sequence)",
+    "torchair_dist.collectives.failures:_acknowledged":
+        "peer failures this process already reported (failure board, per process)",
+    "torchair_dist.collectives.failures:_published": "this process's own failure record",
+    "torchair_dist.collectives.failures:_hook_installed": "an exit hook, installed once",
+    "torchair_dist.collectives.groups:_hccl_warned": "warn once per process",
+    "torchair_dist.collectives.remap:_warned_outside": "warn once per process",
+    "torchair_dist.collectives.remap:_installed":
+        "the torch.distributed functions replaced at import (remap.install())",
+    "torchair_dist.compiler:_observers": "the open record_graphs() blocks (context-managed)",
+    "torchair_dist.cpu.shm:_channels":
+        "shared-memory channels belong to process groups, not to compiled graphs "
+        "(shm.reset() after destroying the groups)",
+    "torchair_dist.cpu.shm:_by_group": "as cpu.shm:_channels",
+    "torchair_dist.patches:_applied": "platform patches applied once per process",
+    "torchair_dist.pipeline:_resolved": "stage functions already imported (a memo)",
+    "torchair_dist.streams.api:_tagged_events":
+        "tagged events the user created by tag: they live as long as the process, as "
+        "TorchAir's do",
+    "torchair_dist.streams.runtime:_streams": "the user's tagged streams (as streams.api)",
+    "torchair_dist.streams.runtime:_events": "the user's tagged events (as streams.api)",
+    "torchair_dist.streams.runtime:_bound": "tags bound to user stream objects",
+    "torchair_dist.streams.runtime:_bound_tags": "as streams.runtime:_bound",
+    "torchair_dist.util:_resetters": "the functions torch._dynamo.reset() calls",
+}
 
 
 def reset_process_state() -> None:

@@ -9,7 +9,7 @@ def _record_case(rank, world):
     import torch.distributed as dist
 
     import torchair_dist
-    from torchair_dist.backends.aclgraph import record
+    from torchair_dist.cpu import record
 
     os.environ["TORCHAIR_DIST_CPU_CAPTURE"] = "record"
     graphs = []

@@ -112,7 +112,7 @@ def test_missing_rank_is_named_within_the_timeout(ranks2):
     assert kind1 is None  # rank 1 has nothing to check and runs
 
 
-def _check_cost(rank, ws, check):
+def _check_switch(rank, ws, check):
     import torch
     import torch.distributed as dist
 
@@ -124,43 +124,22 @@ def _check_cost(rank, ws, check):
         out = y.new_empty((ws * 4, 8))
         dist.all_gather_into_tensor(out, y)
         return out
-    first_calls = []
-    for _ in range(2):
-        torch._dynamo.reset()
-        consistency.last_check_seconds = None
-        compiled = _compile(fn, **{"distributed_config.consistency_check": check})
-        dist.barrier()
-        t0 = time.perf_counter()
-        compiled(torch.ones(4, 8))  # compile + check + first run
-        first_calls.append((time.perf_counter() - t0, consistency.last_check_seconds))
-    # the exchange alone, started together (a barrier first): what the check itself costs
-    fp = [{"op": "all_reduce", "group": [0, 1], "dtype": "float32", "shape": ["4", "8"],
-           "reduce": "sum", "where": "x"},
-          {"op": "all_gather", "group": [0, 1], "dtype": "float32", "shape": ["4", "8"],
-           "where": "y"}]
-    exchange = []
-    for _ in range(20 if check else 0):
-        dist.barrier()
-        exchange.append(consistency.exchange_and_check(fp, "bench", 30))
-    return first_calls, exchange
+    torch._dynamo.reset()
+    consistency.last_check_seconds = None
+    compiled = _compile(fn, **{"distributed_config.consistency_check": check})
+    out = compiled(torch.ones(4, 8))
+    return consistency.last_check_seconds, out.tolist()
 
 
-def test_check_switch_and_cost(ranks2):
-    on = ranks2.run(_check_cost, True)
-    off = ranks2.run(_check_cost, False)
+def test_check_switch(ranks2):
+    """The option switches the check on and off (what it costs is measured by
+    ``benchmarks/check_cost.py``, never asserted here)."""
+    on = ranks2.run(_check_switch, True)
+    off = ranks2.run(_check_switch, False)
+    expected = [[4.0] * 8] * 8  # (1 * 2) all-reduced over 2 ranks, gathered twice
     for rank in range(2):
-        assert all(check is None for _, check in off[rank][0])  # switched off: no check ran
-        assert all(check is not None for _, check in on[rank][0])
-    exchange_ms = sorted(t * 1e3 for r in on for t in r[1])
-    in_compile_ms = sorted(c * 1e3 for r in on for _, c in r[0])
-    first_on = sorted(t for r in on for t, _ in r[0])
-    first_off = sorted(t for r in off for t, _ in r[0])
-    print(f"\nconsistency check, 2 ranks: exchange alone median {exchange_ms[len(exchange_ms) // 2]:.2f}"
-          f" ms (max {exchange_ms[-1]:.2f}); inside the first call (incl. waiting for the slower "
-          f"rank's compile) {in_compile_ms}; compile+first call median "
-          f"{first_on[len(first_on) // 2]:.3f}s with the check, "
-          f"{first_off[len(first_off) // 2]:.3f}s without")
-    assert exchange_ms[len(exchange_ms) // 2] < 100
+        assert on[rank][0] is not None and off[rank][0] is None
+        assert on[rank][1] == expected and off[rank][1] == expected
 
 
 # ------------------------------------------------------------------------------------ faults

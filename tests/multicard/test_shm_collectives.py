@@ -70,7 +70,7 @@ def _fallback_case(rank, world, mode, refusing_rank):
     import torch.distributed as dist
 
     import torchair_dist
-    from torchair_dist.collectives import shm
+    from torchair_dist.cpu import shm
 
     torch._dynamo.reset()
     shm.reset()   # every rank sets the group's channel up again (GE resolves a group by ranks)

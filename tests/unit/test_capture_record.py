@@ -7,7 +7,7 @@ import torch
 
 import torchair_dist
 from torchair_dist import CompilerConfig, get_npu_backend
-from torchair_dist.backends.aclgraph import record as record_mod
+from torchair_dist.cpu import record as record_mod
 
 
 pytestmark = pytest.mark.usefixtures("record_capture")

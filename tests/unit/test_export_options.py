@@ -10,7 +10,7 @@ import torchair_dist
 from torchair_dist.backends.ge.export import ExportError
 from torchair_dist.backends.ge.proto import ModelDef
 from torchair_dist.backends.ge.registry_check import validate
-from torchair_dist.backends.ge.runtime import ReferenceRuntime
+from torchair_dist.cpu.ge_reference import ReferenceRuntime
 
 LINEAR = "torch.nn.modules.linear.Linear"
 SEQUENTIAL = "torch.nn.modules.container.Sequential"

@@ -14,7 +14,7 @@ from torchair_dist.backends.ge.proto import AttrDef, DataType, ModelDef
 from torchair_dist.backends.ge.registry_check import (ENV_REGISTRY, GeGraphInvalidError,
                                                       GeRegistryError, check_graph, load_registry,
                                                       validate)
-from torchair_dist.backends.ge.runtime.opspec import decode_attr, decode_tensor
+from torchair_dist.backends.ge.decode import decode_attr, decode_tensor
 from torchair_dist.errors import TorchairDistError
 
 PROTO_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "torchair_dist", "backends", "ge",

@@ -22,7 +22,7 @@ from torchair_dist.backends.ge import make_runner  # noqa: E402
 from torchair_dist.backends.ge.converters import lookup  # noqa: E402
 from torchair_dist.backends.ge.fx2ge import convert_graph  # noqa: E402
 from torchair_dist.backends.ge.registry_check import validate  # noqa: E402
-from torchair_dist.backends.ge.runtime.reference import ReferenceRuntime  # noqa: E402
+from torchair_dist.cpu.ge_reference import ReferenceRuntime  # noqa: E402
 
 BUILT_GRAPHS = []  # every ModelDef the GE tests build, each validated when it was built
 

@@ -239,7 +239,7 @@ def _direct(op, args, kwargs, n_outputs):
 
 def _run_direct(op, args, kwargs=None, n_outputs=1):
     from torchair_dist.backends.ge import make_runner
-    from torchair_dist.backends.ge.runtime import ReferenceRuntime
+    from torchair_dist.cpu.ge_reference import ReferenceRuntime
 
     gm, inputs = _direct(op, args, kwargs or {}, n_outputs)
     conv = convert(gm, inputs)

@@ -13,7 +13,7 @@ from torchair_dist.backends.ge.export import ExportError, export_model, write_at
 from torchair_dist.backends.ge.fx2ge import ConvertedGraph
 from torchair_dist.backends.ge.proto import ModelDef
 from torchair_dist.backends.ge.registry_check import validate
-from torchair_dist.backends.ge.runtime import ReferenceRuntime
+from torchair_dist.cpu.ge_reference import ReferenceRuntime
 
 
 def _mlp(x, w1, b1, w2):

@@ -360,7 +360,7 @@ def test_collectives_and_subgroups_on_4_ranks(ranks4):
 # -------------------------------------------------- asynchronous collectives in the executor
 def _generated_code(run):
     """(result of ``run()``, the reference executor's code of every graph loaded during it)."""
-    from torchair_dist.backends.ge.runtime import reference
+    from torchair_dist.cpu.ge_reference import executor as reference
 
     codes, original = [], reference.ReferenceRuntime.load
 

@@ -4,7 +4,8 @@ import torch
 
 from test_ge_common import ge_roundtrip, ge_validate  # noqa: F401
 
-from torchair_dist.backends.ge.runtime import GeRuntime, GeRuntimeError, ReferenceRuntime, create_runtime
+from torchair_dist.backends.ge.runtime import GeRuntime, GeRuntimeError, create_runtime
+from torchair_dist.cpu.ge_reference import ReferenceRuntime
 from torchair_dist.errors import BackendUnavailableError
 
 

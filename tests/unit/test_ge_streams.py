@@ -17,8 +17,8 @@ from test_streams import (PROGRAMS, switch_and_wait, switch_and_wait_ref, tagged
 import torchair_dist
 import torchair_dist.backends.ge as ge_backend
 from torchair_dist.backends.ge.builder import GraphBuilder
-from torchair_dist.backends.ge.runtime.opspec import GeRuntimeError
-from torchair_dist.backends.ge.runtime.reference import ReferenceRuntime, schedule
+from torchair_dist.errors import GeRuntimeError
+from torchair_dist.cpu.ge_reference import ReferenceRuntime, schedule
 from torchair_dist.streams import api as stream_api
 from torchair_dist.streams import npu_stream_switch, npu_wait_tensor
 from torchair_dist.streams.rewrite import rewrite_streams

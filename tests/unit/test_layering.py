@@ -1,61 +1,68 @@
-"""Imports point down only (shared/DESIGN.md §3): each module imports its own level or lower,
-and a backend never imports another backend. Parsed from the source, so no import is missed."""
-import ast
+"""Imports point down only (shared/DESIGN.md §3), parsed from the source (function-level imports
+included, so no import is missed):
+
+* every module has a declared level: a new top-level module, or a new package, fails until it
+  is placed here (a package's entry covers the modules inside it);
+* a module imports its own level or lower, and the stage table's ``module:function`` strings
+  (which :func:`torchair_dist.pipeline.resolve` imports) point no higher than the pipeline;
+* a backend never imports another backend;
+* the CPU wing (``torchair_dist.cpu``) is imported only by itself and by
+  ``torchair_dist.platform.stand_ins``, the one place that picks a stand-in; the wing reads
+  from ``backends`` only the GE IR definitions;
+* no import cycles.
+
+``python tests/unit/import_graph.py`` prints the graph's size and cycles.
+"""
 import os
+import sys
 
-import torchair_dist
+import pytest
 
-ROOT = os.path.dirname(torchair_dist.__file__)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-# Lowest level first. A module is placed by its longest matching prefix.
+import import_graph  # noqa: E402
+
+PKG = "torchair_dist"
+
+# Lowest level first. A module is placed by the longest entry it equals or lies inside; entries
+# ending in "." cover a package's modules, the others name one module exactly.
 LEVELS = {
     "torchair_dist._version": 0, "torchair_dist.errors": 0, "torchair_dist._logging": 0,
-    "torchair_dist.util": 0, "torchair_dist.configs": 0, "torchair_dist.platform": 0,
+    "torchair_dist.util": 0, "torchair_dist.configs.": 0, "torchair_dist.platform.": 0,
     "torchair_dist.graph_context": 0, "torchair_dist.debug": 0,
-    "torchair_dist.collectives": 1, "torchair_dist.streams": 1,
-    "torchair_dist.passes": 2, "torchair_dist.patches": 2, "torchair_dist.decompositions": 2,
-    "torchair_dist.backends": 3,
+    "torchair_dist.collectives.": 1, "torchair_dist.streams.": 1,
+    "torchair_dist.passes.": 2, "torchair_dist.patches": 2, "torchair_dist.decompositions": 2,
+    "torchair_dist.backends.": 3, "torchair_dist.cpu.": 3,
+    "torchair_dist.platform.stand_ins": 3,  # the chooser: imports the CPU wing
     "torchair_dist.pipeline": 4, "torchair_dist.compiler": 4, "torchair_dist.fx_summary": 4,
     "torchair_dist.aot_direct": 4,
     "torchair_dist.backend": 5,
-    "torchair_dist.export": 6, "torchair_dist.cache": 6, "torchair_dist.docs": 6,
-    "torchair_dist": 7,  # the package's __init__: the public API
+    "torchair_dist.export": 6, "torchair_dist.cache.": 6, "torchair_dist.docs": 6,
+    "torchair_dist": 7,  # the package's __init__ only: the public API
 }
 
-
-def level_of(module: str) -> int:
-    best = max((p for p in LEVELS if module == p or module.startswith(p + ".")), key=len)
-    return LEVELS[best]
-
-
-def modules():
-    for dirpath, _, files in os.walk(ROOT):
-        for f in files:
-            if f.endswith(".py"):
-                path = os.path.join(dirpath, f)
-                rel = os.path.relpath(path, os.path.dirname(ROOT))[:-3].replace(os.sep, ".")
-                yield (rel[:-len(".__init__")] if rel.endswith(".__init__") else rel), path
+CPU_WING = "torchair_dist.cpu"
+CPU_CHOOSER = "torchair_dist.platform.stand_ins"
+# What the CPU wing may read from backends/: the GE IR (protobuf, dtypes, decoding)
+CPU_MAY_READ = ("torchair_dist.backends.ge.proto", "torchair_dist.backends.ge.dtypes",
+                "torchair_dist.backends.ge.decode")
 
 
-def imports_of(module: str, path: str):
-    tree = ast.parse(open(path).read())
-    package = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[:len(base) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            names = [target] if node.module else [f"{target}.{a.name}" for a in node.names]
-            for name in names:
-                if name.startswith("torchair_dist"):
-                    yield name
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name.startswith("torchair_dist"):
-                    yield a.name
+def level_of(module: str, levels=LEVELS):
+    """The declared level of ``module``, None when no entry covers it."""
+    best = None
+    for entry, level in levels.items():
+        if entry.endswith("."):
+            hit = module == entry[:-1] or module.startswith(entry)
+        else:
+            hit = module == entry
+        if hit and (best is None or len(entry) > len(best[0])):
+            best = (entry, level)
+    return None if best is None else best[1]
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
 
 def _backend_of(module: str):
@@ -63,21 +70,107 @@ def _backend_of(module: str):
     return parts[2] if len(parts) > 2 and parts[1] == "backends" else None
 
 
-def test_imports_point_down_only():
-    upward = []
-    for module, path in modules():
-        for target in imports_of(module, path):
-            if level_of(target) > level_of(module):
-                upward.append(f"{module} imports {target}")
+def violations(mods, levels=LEVELS, stage_fns=()):
+    """Every broken rule, as lines (empty: the layering holds)."""
+    found = []
+    known = set(mods)
+    for module in mods:
+        if level_of(module, levels) is None:
+            found.append(f"{module} has no level: add it to LEVELS in tests/unit/test_layering.py")
+    for module, path in mods.items():
+        mine = level_of(module, levels)
+        for target in import_graph.imports_of(module, path, known):
+            theirs = level_of(target, levels)
+            if mine is not None and theirs is not None and theirs > mine:
+                found.append(f"{module} (level {mine}) imports {target} (level {theirs})")
             a, b = _backend_of(module), _backend_of(target)
-            if a and b and a != b and a != "context" and b != "context":
-                upward.append(f"backend {a} imports backend {b} ({module} -> {target})")
-    assert not upward, "\n".join(upward)
+            if a and b and a != b and "context" not in (a, b):
+                found.append(f"backend {a} imports backend {b} ({module} -> {target})")
+            if _inside(target, CPU_WING) and not (_inside(module, CPU_WING)
+                                                  or module == CPU_CHOOSER):
+                found.append(f"{module} imports the CPU wing ({target}): ask "
+                             f"{CPU_CHOOSER} for the stand-in instead")
+            if _inside(module, CPU_WING) and _inside(target, "torchair_dist.backends") and \
+                    not any(_inside(target, ok) for ok in CPU_MAY_READ):
+                found.append(f"the CPU wing's {module} imports device code {target}")
+    pipeline_level = levels["torchair_dist.pipeline"]
+    for where, fn in stage_fns:
+        module = fn.split(":")[0]
+        level = level_of(module, levels)
+        if module not in known:
+            found.append(f"{where} names {fn}: no such module")
+        elif level is None or level > pipeline_level:
+            found.append(f"{where} names {fn} (level {level}) above the pipeline "
+                         f"(level {pipeline_level})")
+        if _inside(module, CPU_WING):
+            found.append(f"{where} names the CPU wing ({fn}): name {CPU_CHOOSER} instead")
+    for cycle in import_graph.cycles(mods):
+        found.append("import cycle: " + " <-> ".join(cycle))
+    return found
 
 
-def test_every_module_has_a_level():
-    for module, _ in modules():
-        level_of(module)  # raises ValueError for a module no prefix covers
+def _stage_fns():
+    from torchair_dist import pipeline
+
+    return [(f"stage {s.name}", s.fn) for s in pipeline.STAGES.values()] + \
+        [(f"mode {r.mode}", r.backend) for r in pipeline.MODE_TABLE.values()]
+
+
+def test_layering_holds():
+    found = violations(import_graph.modules(), stage_fns=_stage_fns())
+    assert not found, "\n".join(found)
+
+
+# -- the test catches what it is for: planted violations in a copy of the package -------------
+def _copy_package(tmp_path):
+    import shutil
+
+    dest = tmp_path / PKG
+    shutil.copytree(import_graph.package_root(), dest,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.json", "*.proto"))
+    return dest
+
+
+def test_a_planted_upward_import_is_caught(tmp_path):
+    root = _copy_package(tmp_path)
+    with open(root / "collectives" / "groups.py", "a") as f:
+        f.write("\n\ndef _planted():\n    from ..backends.ge import builder  # noqa\n")
+    found = violations(import_graph.modules(str(root)))
+    assert any("torchair_dist.collectives.groups (level 1) imports "
+               "torchair_dist.backends.ge.builder (level 3)" in v for v in found), found
+
+
+def test_a_planted_unknown_module_is_caught(tmp_path):
+    root = _copy_package(tmp_path)
+    (root / "newthing.py").write_text('"""planted"""\n')
+    found = violations(import_graph.modules(str(root)))
+    assert "torchair_dist.newthing has no level: add it to LEVELS in " \
+           "tests/unit/test_layering.py" in found, found
+
+
+def test_a_planted_import_of_the_cpu_wing_is_caught(tmp_path):
+    root = _copy_package(tmp_path)
+    with open(root / "backends" / "aclgraph" / "runner.py", "a") as f:
+        f.write("\n\ndef _planted():\n    from ...cpu import record  # noqa\n")
+    found = violations(import_graph.modules(str(root)))
+    assert any("torchair_dist.backends.aclgraph.runner imports the CPU wing" in v
+               for v in found), found
+
+
+def test_a_planted_cycle_is_caught(tmp_path):
+    root = _copy_package(tmp_path)
+    with open(root / "collectives" / "spec.py", "a") as f:
+        f.write("\n\ndef _planted():\n    from . import consistency  # noqa\n")
+    found = violations(import_graph.modules(str(root)))
+    assert any(v.startswith("import cycle:") and "torchair_dist.collectives.spec" in v
+               for v in found), found
+
+
+@pytest.mark.parametrize("fn", ["torchair_dist.backend:compile_with_aot",
+                                "torchair_dist.cpu.shm_graph:for_runner"])
+def test_a_planted_stage_string_pointing_up_or_into_the_wing_is_caught(fn):
+    found = violations(import_graph.modules(), stage_fns=[("stage planted", fn)])
+    assert any(v.startswith("stage planted names ") and fn in v for v in found), found
 
 
 def test_test_modules_have_unique_basenames():

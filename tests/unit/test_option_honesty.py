@@ -174,12 +174,55 @@ def test_options_argument_goes_through_the_same_check():
 def test_every_stage_function_exists_and_every_mode_row_is_complete():
     for stage in pipeline.STAGES.values():
         assert callable(pipeline.resolve(stage)), stage.fn
-        assert stage.level in ("dynamo-pass", "aot", "aot-pass", "backend", "runtime")
+        assert stage.level in ("dynamo-pass", "aot", "aot-pass", "route", "backend", "runtime")
         for path in stage.all_options():
             CompilerConfig().option(path)  # raises for an unknown option
     for row in pipeline.MODE_TABLE.values():
         assert set(row.stages) <= set(pipeline.STAGES)
         assert row.mode in torchair_dist.configs.MODES
+        route = [s for s in row.stages if pipeline.STAGES[s].level == "route"]
+        assert route[-1] == "compile", row.mode  # the route ends in the mode's backend
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_table_runs_the_route(mode, monkeypatch):
+    """The compiler calls the route and runtime stages the table lists, in its order: a stage
+    removed from the mode's row is not run."""
+    from torchair_dist import compiler
+
+    cfg = CompilerConfig()
+    cfg.mode = mode
+    cfg.debug.run_eagerly = True
+    seen = []
+    real = pipeline.resolve
+
+    def spy(stage):
+        fn = real(stage)
+        if stage.level not in ("route", "runtime"):
+            return fn
+
+        def call(*args):
+            seen.append(stage.name)
+            return fn(*args)
+        return call
+
+    monkeypatch.setattr(pipeline, "resolve", spy)
+    x = torch.randn(3)
+    out = torch.compile(lambda t: t * 3, backend=torchair_dist.get_npu_backend(
+        compiler_config=cfg), fullgraph=True)(x)
+    assert torch.equal(out, x * 3)
+    assert seen == ["run_eagerly", "consistency"]  # the eager runner ends the route
+    seen.clear()
+    row = pipeline.MODE_TABLE[mode]
+    monkeypatch.setitem(pipeline.MODE_TABLE, mode, pipeline.ModeRow(
+        row.mode, row.backend, tuple(s for s in row.stages if s != "run_eagerly"),
+        row.cache_format, row.doc))
+    torch._dynamo.reset()
+    out = torch.compile(lambda t: t * 4, backend=torchair_dist.get_npu_backend(
+        compiler_config=cfg), fullgraph=True)(x)
+    assert torch.equal(out, x * 4)
+    assert seen[-2:] == ["compile", "consistency"] and "run_eagerly" not in seen
+    assert compiler is not None
 
 
 def test_record_graphs_after_a_stage_sees_that_stage_output():

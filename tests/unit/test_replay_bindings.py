@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from torchair_dist import CompilerConfig, get_npu_backend
-from torchair_dist.backends.aclgraph import bindings
+from torchair_dist.cpu import bindings
 
 aten = torch.ops.aten
 VF = torch._C._VariableFunctions

@@ -1,4 +1,4 @@
-"""The shared-memory transport (``torchair_dist.collectives.shm``) in one process: two
+"""The shared-memory transport (``torchair_dist.cpu.shm``) in one process: two
 :class:`Channel` objects over one anonymous mapping play two ranks on two threads; a peer that
 has exited or never arrives is named; the graph rewrite points exactly the covered collectives
 at the transport."""
@@ -13,7 +13,7 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 import pytest
 import torch
 
-from torchair_dist.collectives import shm
+from torchair_dist.cpu import shm, shm_graph
 from torchair_dist.errors import CollectiveFaultError
 
 
@@ -125,16 +125,16 @@ def _targets(gm):
 
 def test_rewrite_points_the_all_reduce_at_the_transport_and_drops_its_wait():
     gm = _graph()
-    assert shm.rewrite_graph(gm) == 1
+    assert shm_graph.rewrite_graph(gm) == 1
     assert _targets(gm) == ["torchair_dist.shm_all_reduce_.default", "aten.add.Tensor"]
 
 
 def test_rewrite_leaves_what_the_transport_does_not_cover():
     gm = _graph(reduce_op="avg")
-    assert shm.rewrite_graph(gm) == 0
+    assert shm_graph.rewrite_graph(gm) == 0
     assert "_c10d_functional.wait_tensor.default" in _targets(gm)
     gm = _graph(device="meta")
-    assert shm.rewrite_graph(gm) == 0
+    assert shm_graph.rewrite_graph(gm) == 0
 
 
 def test_a_vote_is_read_as_cast_even_when_the_peer_already_votes_on_the_next_exchange():

@@ -11,15 +11,11 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from ..errors import CacheRejectedError
+from ..errors import CacheRejectedError, NotCacheableError  # noqa: F401  (re-exported)
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _OP_RE = re.compile(rf"^({_NAME})::({_NAME})(?:\.({_NAME}))?$")
 _PY_TARGETS = {"_operator.getitem": operator.getitem}
-
-
-class NotCacheableError(Exception):
-    """The compiled function cannot be stored (it still runs; nothing is saved)."""
 
 
 def _op_name(target) -> Optional[str]:

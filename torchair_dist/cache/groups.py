@@ -22,8 +22,7 @@ import torch.distributed as dist
 
 from ..collectives import groups as cgroups
 from ..collectives.spec import group_arg_position  # noqa: F401 - graph_data reads it here
-from ..errors import CacheRejectedError, CollectiveCaptureError
-from .graph_data import NotCacheableError
+from ..errors import CacheRejectedError, CollectiveCaptureError, NotCacheableError
 
 
 class GroupRef:

@@ -311,15 +311,6 @@ def _exchange(fp, graph_name, timeout_s, store, rank) -> None:
 
 
 # ---------------------------------------------------------------------------------- guard
-def _option(config, name: str, default):
-    try:
-        return config.distributed_config.option(name).raw
-    except Exception:  # noqa: BLE001 - an older/partial config: use the default
-        section = getattr(config, "distributed_config", None)
-        value = getattr(section, name, None)
-        return getattr(value, "raw", default if value is None else value)
-
-
 def _is_comm_failure(exc: BaseException) -> bool:
     """A transport error (gloo/NCCL/HCCL, or the shared-memory transport's own fault):
     reported with the graph's collectives. Our other errors pass through as they are."""
@@ -350,8 +341,8 @@ def guard_first_run(runner, ctx: GraphContext):
     fp = collective_fingerprint(ctx.gm)
     if not fp:
         return runner
-    check = bool(_option(ctx.config, "consistency_check", True))
-    timeout_s = float(_option(ctx.config, "consistency_timeout", 60)) if check else 0.0
+    check = bool(ctx.config.get("distributed_config.consistency_check"))
+    timeout_s = float(ctx.config.get("distributed_config.consistency_timeout")) if check else 0.0
     call = runner if getattr(runner, "_boxed_call", False) else (lambda args: runner(*args))
     rank = dist.get_rank()
     first = [True]

@@ -173,35 +173,6 @@ def _barrier_eager(token, group_name):
 
 
 # ------------------------------------------------------------------------- fake (meta) impls
-def _shm_all_reduce__eager(input, reduce_op, group_name):
-    from . import shm  # the shared-memory transport (imports this module)
-
-    return shm.all_reduce_(input, reduce_op, group_name)
-
-
-def _shm_all_reduce_eager(input, reduce_op, group_name):
-    from . import shm
-
-    return shm.all_reduce_(input.clone(memory_format=torch.contiguous_format), reduce_op,
-                           group_name)
-
-
-def _shm_all_to_all_v_eager(input, send_counts, send_displacements, recv_counts,
-                            recv_displacements, group_name):
-    from . import shm
-
-    return shm.all_to_all_v(input, send_counts, send_displacements, recv_counts,
-                            recv_displacements, group_name)
-
-
-def _shm_all_reduce__fake(input, reduce_op, group_name):
-    return input
-
-
-def _shm_all_reduce_fake(input, reduce_op, group_name):
-    return torch.empty_like(input, memory_format=torch.contiguous_format)
-
-
 def _barrier_fake(token, group_name):
     return token.new_empty((0,))
 
@@ -231,9 +202,6 @@ OPS = {
     "send": (_send_eager, _send_fake),
     "recv": (_recv_eager, _recv_fake),
     "barrier": (_barrier_eager, _barrier_fake),
-    "shm_all_reduce": (_shm_all_reduce_eager, _shm_all_reduce_fake),
-    "shm_all_reduce_": (_shm_all_reduce__eager, _shm_all_reduce__fake),
-    "shm_all_to_all_v": (_shm_all_to_all_v_eager, _all_to_all_v_fake),
 }
 
 _registered = False

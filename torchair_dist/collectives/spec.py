@@ -141,18 +141,6 @@ SPECS: Dict[str, CollectiveSpec] = {s.op: s for s in (
     CollectiveSpec(_TD + "barrier", "barrier", 0, 1, ge_ops=("HcomAllReduce",),
                    side_effect=True,
                    schema="barrier(Tensor token, str group_name) -> Tensor"),
-    # the shared-memory twins (:mod:`.shm`): only in the runner's copy of a CPU graph with
-    # distributed_config.cpu_shm_collectives, after the check fingerprinted the original
-    CollectiveSpec(_TD + "shm_all_reduce", None, 0, 2, _REDUCE,
-                   inplace_twin=_TD + "shm_all_reduce_",
-                   schema="shm_all_reduce(Tensor input, str reduce_op, str group_name) -> Tensor"),
-    CollectiveSpec(_TD + "shm_all_reduce_", None, 0, 2, _REDUCE, inplace=True,
-                   schema="shm_all_reduce_(Tensor(a!) input, str reduce_op, str group_name) "
-                          "-> Tensor(a!)"),
-    CollectiveSpec(_TD + "shm_all_to_all_v", None, 0, 5, rank_varying_dim0=True,
-                   schema="shm_all_to_all_v(Tensor input, SymInt[] send_counts, "
-                          "SymInt[] send_displacements, SymInt[] recv_counts, "
-                          "SymInt[] recv_displacements, str group_name) -> Tensor"),
 )}
 
 # reduce-op names as graphs spell them (``_c10d_functional``: "product"; GE's ``reduction``
@@ -163,6 +151,14 @@ DIST_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": di
 # namespaces whose ops are communication: every row's, and the eager c10d ops
 COMM_NAMESPACES: FrozenSet[str] = frozenset({s.namespace for s in SPECS.values()}) \
     | EAGER_NAMESPACES
+
+
+def add_rows(rows) -> None:
+    """Add rows for ops defined outside this package (the CPU wing's shared-memory twins,
+    :mod:`torchair_dist.cpu.shm_graph`); a row already present must be identical."""
+    for row in rows:
+        if SPECS.setdefault(row.op, row) != row:
+            raise ValueError(f"collective spec row {row.op} is already defined differently")
 
 
 def spec_of(target: Any) -> Optional[CollectiveSpec]:

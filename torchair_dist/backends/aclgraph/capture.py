@@ -1,45 +1,24 @@
-"""Graph capture: the device graph (CUDA/NPU) and the CPU stand-in with the same semantics.
+"""Device graph capture (CUDA/NPU): a :class:`~torchair_dist.platform.interfaces.CaptureGraph`.
 
 A captured graph owns *static* buffers: the inputs it was captured on and the outputs it
 produced (``graph.outputs``). ``capture(fn, inputs)`` returns the outputs of the current call;
-``replay()`` recomputes into the static output tensors. On a device that is the real
-graph replay; on CPU, :class:`EmulatedGraph` re-runs the forward and copies the results into
-the captured output tensors, so the runner's input-copy / output-aliasing / recapture logic is
-exercised exactly as on a device (``TORCHAIR_DIST_CPU_CAPTURE=emulate``; the default CPU
-stand-in, ``record``, lives in :mod:`.record`).
+``replay()`` recomputes into the static output tensors. (On CPU a stand-in from
+:mod:`torchair_dist.cpu` takes this class's place, picked by
+:mod:`torchair_dist.platform.stand_ins`.)
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Sequence
 
 import torch
 
+from ...platform.interfaces import CaptureGraph
 from ...streams import runtime as stream_runtime
 
 _CAPTURE_STREAMS: dict = {}
 
 
-class EmulatedGraph:
-    """CPU stand-in for a device graph: fixed input and output buffers, replay recomputes."""
-
-    def __init__(self):
-        self.fn: Optional[Callable] = None
-        self.inputs: List[Any] = []
-        self.outputs: Sequence[Any] = ()
-
-    def capture(self, fn: Callable, inputs: List[Any]) -> Sequence[Any]:
-        self.fn, self.inputs = fn, inputs
-        self.outputs = fn(list(inputs))
-        return self.outputs
-
-    def replay(self) -> None:
-        fresh = self.fn(list(self.inputs))
-        for static, new in zip(self.outputs, fresh):
-            if isinstance(static, torch.Tensor) and static is not new:
-                static.copy_(new)
-
-
-class DeviceGraph:
+class DeviceGraph(CaptureGraph):
     """A real CUDA/NPU graph through the platform's graph class and capture context."""
 
     def __init__(self, platform, pool=None, capture_error_mode: str = "global"):
@@ -87,7 +66,7 @@ class DeviceGraph:
             stream = _CAPTURE_STREAMS[key] = self.platform.stream_class()
         return stream
 
-    def replay(self) -> None:
+    def replay(self, inputs=None) -> None:
         self.graph.replay()
         if self.user_events:
             caller = getattr(torch, self.platform.device_type).current_stream()

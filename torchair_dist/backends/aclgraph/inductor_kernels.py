@@ -46,7 +46,7 @@ def enabled_for(ctx: GraphContext) -> bool:
 
 
 def _graph_device_type(ctx: GraphContext) -> str:
-    from . import graph_device_type
+    from .compile import graph_device_type
 
     return graph_device_type(ctx)
 
@@ -96,7 +96,7 @@ def compile_forward(ctx: GraphContext) -> Callable[[List[Any]], Any]:
 
 def compile_graph(ctx: GraphContext):
     """The ACL modes' ``compile_graph`` with inductor kernels: capture stays the ACL runner's."""
-    from . import capture_runner, graph_factory_for
+    from .compile import capture_runner, graph_factory_for
 
     factory = graph_factory_for(ctx, opaque_forward=True)
     if factory is None:

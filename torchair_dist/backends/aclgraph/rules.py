@@ -7,42 +7,22 @@ depends on the data such as ``nonzero``), a copy between the host and the device
 breaks a rule is not captured: it runs uncaptured, with one warning naming the op and the
 user's source line (:func:`skip_message`).
 
-:func:`find_uncapturable` checks the FX graph statically; :class:`HostCallGuard` catches the
-host-side calls made inside opaque kernels while the recording stand-in captures.
+:func:`find_uncapturable` checks the FX graph statically; a CPU stand-in that really runs the
+capture also catches the host-side calls made inside opaque kernels (``cpu/record.py``).
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-from typing import Iterator, Optional
+from typing import Optional
 
 import torch
-import torch.distributed as dist
 import torch.fx
 
+from ...platform.interfaces import CaptureSkipped, Uncapturable  # noqa: F401  (the runner's)
 from ...streams.ops import NAMESPACE as STREAMS_NS
 from ...streams.rewrite import where
 
 _COPY_OPS = ("aten._to_copy.default", "aten.copy_.default", "aten.copy.default",
              "prims.device_put.default", "aten._to_copy.out")
-
-
-@dataclasses.dataclass
-class Uncapturable:
-    """Why a graph cannot be captured: the op, what it needs, and where the user wrote it."""
-
-    op: str
-    why: str
-    where: str
-
-
-class CaptureSkipped(Exception):
-    """Raised inside a capture when the graph breaks a device-graph rule (caught by the
-    runner, which then runs the graph uncaptured)."""
-
-    def __init__(self, found: Uncapturable):
-        super().__init__(f"{found.op}: {found.why}")
-        self.found = found
 
 
 def skip_message(graph_name: str, found: Uncapturable) -> str:
@@ -105,34 +85,3 @@ def find_uncapturable(gm: torch.fx.GraphModule) -> Optional[Uncapturable]:
         if found is not None:
             return found
     return None
-
-
-_HOST_CALLS = ("barrier", "monitored_barrier")
-
-
-class HostCallGuard:
-    """While active, the host-side ``torch.distributed`` calls that a device graph cannot
-    hold (``dist.barrier``: it synchronizes the host) raise :class:`CaptureSkipped` instead
-    of running. ``where()`` gives the current user source line."""
-
-    def __init__(self, where_fn):
-        self.where_fn = where_fn
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
-        saved = {name: getattr(dist, name) for name in _HOST_CALLS}
-
-        def refuse(name):
-            def call(*args, **kwargs):
-                raise CaptureSkipped(Uncapturable(
-                    f"torch.distributed.{name}", "is a host-side call (it synchronizes the "
-                    "host, which a device graph cannot capture)", self.where_fn()))
-            return call
-
-        for name in _HOST_CALLS:
-            setattr(dist, name, refuse(name))
-        try:
-            yield
-        finally:
-            for name, fn in saved.items():
-                setattr(dist, name, fn)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from ...platform.interfaces import CaptureFactory
 from ..context import GraphContext
 from . import report
 from .rules import CaptureSkipped, find_uncapturable, skip_message
@@ -43,8 +44,7 @@ class _Capture:
         # The CPU record stand-in can read copied inputs where the caller holds them: the same
         # values as private buffers (clone_input) hold, without the copy. Not without
         # clone_input: then the buffer is the caller's first tensor and the copy is visible.
-        self.reads_caller_inputs = private_buffers and bool(
-            getattr(graph, "reads_caller_inputs", False))
+        self.reads_caller_inputs = private_buffers and graph.reads_caller_inputs
         self.replays: List[int] = [0]  # the capture report's counter of its replays
         self.fast: tuple = ()  # what the runner's generated replay reads (_REPLAY_BODY)
 
@@ -54,9 +54,9 @@ class AclGraphRunner:
 
     _boxed_call = True
 
-    def __init__(self, forward: Callable, ctx: GraphContext, graph_factory: Callable[[], Any]):
+    def __init__(self, forward: Callable, ctx: GraphContext, graph_factory: CaptureFactory):
         cfg = ctx.config
-        self.shared_pool = bool(getattr(graph_factory, "shared_pool", False))
+        self.shared_pool = graph_factory.shared_pool
         self.uncapturable = find_uncapturable(ctx.gm)  # a device rule the graph breaks
         self._warned_uncaptured = False
         self._warned_pool = False
@@ -174,11 +174,10 @@ class AclGraphRunner:
             return
         if self.force_recapture or cap.pinned_ptrs or self.clone_output:
             return
-        run = getattr(cap.graph, "run", None)
-        if cap.reads_caller_inputs and run is not None:
-            # The record stand-in's generated replay itself: with at most one capture in the
+        if cap.reads_caller_inputs:
+            # The graph's own replay from the caller's inputs: with at most one capture in the
             # pool (above) there is no later capture whose outputs a replay must overwrite.
-            self._fast[key] = cap.fast[:4] + (run,) + cap.fast[5:]
+            self._fast[key] = cap.fast[:4] + (cap.graph.replay_sole,) + cap.fast[5:]
         else:
             self._fast[key] = cap.fast
 
@@ -234,9 +233,8 @@ class AclGraphRunner:
         pinned = {i: args[i].data_ptr() for i in self.mutated_indices
                   if isinstance(args[i], torch.Tensor)}
         graph = self.graph_factory()
-        if hasattr(graph, "fed_inputs"):  # the record stand-in: what its replay reads from A
-            graph.fed_inputs = copy_indices
-        if getattr(graph, "executes_capture", False):
+        graph.feed(copy_indices)
+        if graph.executes_capture:
             first = self._capture_restorable(graph, static_inputs, args)
         else:
             first = graph.capture(self.forward, static_inputs)

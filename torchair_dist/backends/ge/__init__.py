@@ -11,7 +11,7 @@ object) are read at conversion time and not fed to GE. User streams (the
 ``torchair_dist_streams`` ops) become ``_user_stream_label``/``_user_stream_priority`` op
 attributes and control edges (:mod:`.converters.streams`).
 
-Options read: ``debug.run_eagerly`` (run the FX graph instead), ``debug.graph_dump.type/path``,
+Options read: ``debug.graph_dump.type/path``,
 ``export.export_mode/export_path_dir/export_name/weight_name`` and
 ``export.experimental.auto_atc_config_generated`` (export happens on the first call, when the
 weights' values are known; the graph then runs as usual). ``TORCHAIR_DIST_GE_VALIDATE=1`` checks
@@ -34,21 +34,12 @@ log = logging.getLogger("torchair_dist")
 ENV_VALIDATE = "TORCHAIR_DIST_GE_VALIDATE"
 
 
-def _run_eagerly(gm: torch.fx.GraphModule):
-    def runner(args: List[Any]):
-        return gm(*args)
-    return boxed(runner)
-
-
 def compile_graph(ctx: GraphContext):
     """Convert, (dump, export,) load and wrap one AOT forward graph; see the module docstring."""
-    config = ctx.config
-    if config.get("debug.run_eagerly"):
-        return _run_eagerly(ctx.gm)
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():  # AOT calls us under its FakeTensorMode; we build real data
-        return _compile(ctx, config)
+        return _compile(ctx, ctx.config)
 
 
 def _compile(ctx: GraphContext, config: Any):
@@ -70,7 +61,7 @@ def _compile(ctx: GraphContext, config: Any):
     from .runtime import create_runtime
 
     runtime = create_runtime(device=input_device(ctx.example_inputs), config=config,
-                             rank=ctx.rank, world_size=ctx.world_size)
+                             rank=ctx.rank, world_size=ctx.world_size, transport=ctx.transport)
     runtime.load(model_bytes)
     runner = make_runner(converted, runtime)
     if config.get("export.export_mode"):

@@ -21,7 +21,7 @@ from ...errors import ConfigPathError
 from .dtypes import torch_dtype
 from .fx2ge import ConvertedGraph
 from .proto import DataType, ModelDef, OpDef, TensorDescriptor
-from .runtime.opspec import decode_attr, decode_tensor
+from .decode import decode_attr, decode_tensor
 
 DUMP_TYPES = ("txt", "pbtxt", "py")
 _INLINE_CONST_LIMIT = 4096  # elements; larger Const values are elided in py dumps

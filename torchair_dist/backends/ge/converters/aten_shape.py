@@ -8,6 +8,7 @@ import torch
 
 from ....errors import UnsupportedOpError
 from ..builder import TensorRef
+from .indexing import int_indices  # noqa: F401  (converters import it from here too)
 from .registry import register
 
 aten = torch.ops.aten
@@ -173,23 +174,6 @@ def _index_select(cx, x, dim, index):
 def _gather(cx, x, dim, index, *, sparse_grad=False):
     return cx.emit1("GatherElements", [("x", x), ("index", index)],
                     {"dim": _norm(dim, len(x.shape))})
-
-
-def int_indices(cx, indices: Sequence[Any]) -> List[Any]:
-    """Advanced indices with every boolean mask (k dims) replaced by the k int64 coordinate
-    vectors of its True elements (``NonZero`` transposed + ``Unpack``), as torch defines it;
-    GE's Index/IndexPutV2 take int64 indices only."""
-    out: List[Any] = []
-    for t in indices:
-        if t is None or t.dtype != torch.bool:
-            out.append(t)
-            continue
-        k = len(t.shape)
-        coords = cx.emit1("NonZero", [("x", t)], {"transpose": True, "dtype": torch.int64},
-                          (torch.int64, (k, -1)))
-        out.extend(cx.emit("Unpack", [("x", coords)], {"num": k, "axis": 0},
-                           [("y", [(torch.int64, (-1,))] * k)]))
-    return out
 
 
 @register([aten.index.Tensor], ["Index", "Const", "NonZero", "Unpack", "Cast"])

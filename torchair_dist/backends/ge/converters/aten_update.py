@@ -21,7 +21,7 @@ import torch
 
 from ....errors import UnsupportedOpError
 from ..builder import TensorRef
-from .aten_shape import int_indices
+from .indexing import int_indices
 from .registry import register
 
 aten = torch.ops.aten

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence
 
 from ....errors import BackendUnavailableError
-from .base import GeRuntime
+from ....platform.interfaces import GeRuntime
 
 
 def _require_cann():

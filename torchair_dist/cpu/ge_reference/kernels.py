@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Set
 
 import torch
 
-from ..dtypes import torch_dtype
+from ...backends.ge.dtypes import torch_dtype
 from .opspec import GeRuntimeError, OpSpec
 
 Factory = Callable[[OpSpec], Callable[..., Any]]

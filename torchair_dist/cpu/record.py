@@ -15,7 +15,8 @@ overload, any other output is copied in. So, as on a device:
 * shapes, Python control flow and host values are frozen at capture;
 * outputs are the same tensors every replay, overwritten by the next one;
 * collectives are re-issued on every replay, in the captured order;
-* a graph that breaks a device rule (:mod:`.rules`) is not captured.
+* a graph that breaks a device rule (``backends/aclgraph/rules.py``, and a host-side call
+  inside an opaque kernel: :class:`HostCallGuard`) is not captured.
 
 Captures of one runner that share a memory pool model the worst case of a real pool: a replay
 overwrites the outputs of the graphs captured after it in the same pool (as a device graph's
@@ -24,19 +25,52 @@ shape across another shape's replay sees garbage on CPU too.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
+import torch.distributed as dist
 import torch.fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ...streams.rewrite import where
-from ...util import without_function_modes
+from ..platform.interfaces import CaptureGraph, CaptureSkipped, Uncapturable
+from ..streams.rewrite import where
+from ..util import without_function_modes
 from .bindings import fast_call as _fast_call
-from .rules import HostCallGuard
+
+
+_HOST_CALLS = ("barrier", "monitored_barrier")
+
+
+class HostCallGuard:
+    """While active, the host-side ``torch.distributed`` calls that a device graph cannot
+    hold (``dist.barrier``: it synchronizes the host) raise :class:`CaptureSkipped` instead
+    of running. ``where()`` gives the current user source line."""
+
+    def __init__(self, where_fn):
+        self.where_fn = where_fn
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        saved = {name: getattr(dist, name) for name in _HOST_CALLS}
+
+        def refuse(name):
+            def call(*args, **kwargs):
+                raise CaptureSkipped(Uncapturable(
+                    f"torch.distributed.{name}", "is a host-side call (it synchronizes the "
+                    "host, which a device graph cannot capture)", self.where_fn()))
+            return call
+
+        for name in _HOST_CALLS:
+            setattr(dist, name, refuse(name))
+        try:
+            yield
+        finally:
+            for name, fn in saved.items():
+                setattr(dist, name, fn)
 
 
 class _Recorder(TorchDispatchMode):
@@ -195,13 +229,15 @@ def _poison(t: torch.Tensor) -> None:
             t.fill_(-12345)
 
 
-class RecordGraph:
+class RecordGraph(CaptureGraph):
     """Capture by recording dispatched ops; replay re-issues them on the captured buffers.
 
-    ``fed_inputs`` (set before :meth:`capture`; None: all): the input positions a replay reads
-    from the list it is given; every other input is read from its captured buffer."""
+    ``fed_inputs`` (told by :meth:`feed` before :meth:`capture`; None: all): the input
+    positions a replay reads from the list it is given; every other input is read from its
+    captured buffer."""
 
     executes_capture = True  # capture really runs the graph (the runner can undo a skip)
+    reads_caller_inputs = True  # run(inputs): copied inputs are read where the caller has them
 
     def __init__(self, gm: torch.fx.GraphModule, pool: Optional[RecordPool] = None):
         self.gm = gm
@@ -214,6 +250,9 @@ class RecordGraph:
         self.run: Optional[Callable[[List[Any]], None]] = None
         self._buffers: List[Any] = []
         self._consts: List[Any] = []
+
+    def feed(self, indices: Optional[Sequence[int]]) -> None:
+        self.fed_inputs = indices
 
     def capture(self, fn: Callable, inputs: List[Any]) -> Sequence[Any]:
         """Run the graph once on ``inputs`` (the captured buffers), recording its ops; returns
@@ -262,11 +301,9 @@ class RecordGraph:
                                      "modes_on": torch._C._is_torch_function_mode_enabled,
                                      "without_modes": without_function_modes}
         exec(compile(self.source, "<torchair_dist record replay>", "exec"), namespace)  # noqa: S102
-        self.run = namespace["make"](gen.consts)
+        self.run = self.replay_sole = namespace["make"](gen.consts)
         self._consts = gen.consts
         self.ops = [entry[0] for entry in entries]  # what a replay issues, in order
-
-    reads_caller_inputs = True  # replay(inputs): copied inputs are read where the caller has them
 
     def replay(self, inputs: Optional[List[Any]] = None) -> None:
         """Re-issue the recorded ops on ``inputs`` (default: the captured buffers)."""

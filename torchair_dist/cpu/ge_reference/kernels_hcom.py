@@ -15,8 +15,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ....collectives import groups, shm
-from ....collectives.spec import DIST_REDUCE_OPS
+from ...collectives import groups
+from ...collectives.spec import DIST_REDUCE_OPS
+from .. import shm
 from .kernels import ints, kernel
 from .opspec import GeRuntimeError, OpSpec
 

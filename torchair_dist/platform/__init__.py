@@ -114,7 +114,7 @@ def current() -> Platform:
     forced = os.environ.get("TORCHAIR_DIST_PLATFORM")
     if forced:
         if forced not in _BY_NAME:
-            from .errors import ConfigError
+            from ..errors import ConfigError
 
             raise ConfigError(f"TORCHAIR_DIST_PLATFORM={forced!r}: expected one of "
                               f"{sorted(_BY_NAME)}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..dtypes import torch_dtype
+from ...backends.ge.dtypes import torch_dtype
 from .kernels import kernel, ints
 from .opspec import GeRuntimeError, OpSpec
 

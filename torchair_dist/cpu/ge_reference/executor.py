@@ -29,10 +29,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ....util import without_function_modes
-from ..proto import ModelDef
+from ...backends.ge.proto import ModelDef
+from ...platform.interfaces import GeRuntime
+from ...util import without_function_modes
 from . import kernels_hcom, kernels_shape  # noqa: F401  (fill KERNELS)
-from .base import GeRuntime
 from .kernels import ASYNC, KERNELS, WRITES_INPUT
 from .opspec import GeRuntimeError, decode_tensor, op_spec
 

@@ -6,7 +6,7 @@ small ``all_reduce`` costs several thread hand-offs (hundreds of microseconds on
 machine). When every rank of a group runs on this host, the compiled graph can exchange through
 one shared-memory segment instead: each rank writes its data into its own slot, publishes a
 sequence number, waits until every rank of the group has published the same one, and reads the
-others' slots. This module is that transport; :func:`rewrite_graph` points a graph's collectives
+others' slots. This module is that transport; :mod:`.shm_graph` points a graph's collectives
 at it.
 
 What it covers (everything else stays on gloo):
@@ -28,7 +28,7 @@ it is unlinked: once set up, nothing is left in ``/dev/shm`` even if a process d
 
 A wait polls the peers' sequence numbers, yielding the CPU between polls (then sleeping in
 20 us steps). While it waits for a peer, every 0.2 s it looks at that peer: one that published a
-failure (:mod:`.failures`) raises :class:`PeerFailedError` with its error; one whose process has
+failure (:mod:`torchair_dist.collectives.failures`) raises :class:`PeerFailedError` with its error; one whose process has
 exited (when this process can see it: a peer in another PID namespace is only timed out), or
 that has not arrived within the group's own timeout (what gloo would wait;
 ``TORCHAIR_DIST_SHM_TIMEOUT`` seconds overrides it), raises :class:`CollectiveFaultError` naming
@@ -51,9 +51,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as _c10d
 
+from ..collectives import failures, groups, spec
+from ..collectives import ops as _ops
 from ..errors import CollectiveFaultError, PeerFailedError
-from . import failures, groups, spec
-from . import ops as _ops  # noqa: F401  (the torchair_dist:: op library, shm_* ops included)
 
 log = logging.getLogger("torchair_dist")
 
@@ -365,80 +365,3 @@ def all_to_all_v(x, send_counts, send_displacements, recv_counts, recv_displacem
     result = _ops.op("all_to_all_v")(x, send_counts, send_displacements, recv_counts,
                                      recv_displacements, group_name)
     return torch.ops._c10d_functional.wait_tensor(result)
-
-
-# -- the graph rewrite ---------------------------------------------------------------------
-OPTION = "distributed_config.cpu_shm_collectives"
-_REWRITES = {
-    "_c10d_functional::all_reduce_": "shm_all_reduce_",
-    "_c10d_functional::all_reduce": "shm_all_reduce",
-    "torchair_dist::all_to_all_v": "shm_all_to_all_v",
-}
-
-
-def enabled(config) -> bool:
-    return bool(config.get(OPTION))
-
-
-def rewrite_graph(gm: torch.fx.GraphModule, functional: bool = False) -> int:
-    """Point the CPU collectives of ``gm`` that the transport covers at it, in place: the
-    op becomes its ``torchair_dist::shm_*`` twin (same arguments, a finished result) and its
-    ``wait_tensor`` goes. ``functional``: an in-place all_reduce becomes the functional twin
-    (inductor cannot call an op that returns its mutated input; the re-inplacing pass only
-    made it in place because nothing reads the input afterwards). Returns how many were
-    rewritten."""
-    from ..util import op_name
-
-    done, kept = 0, []
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function":
-            continue
-        name = op_name(node.target)
-        twin = _REWRITES.get(name)
-        if twin is None:
-            if spec.spec_of(node.target) is not None and name not in spec.WAIT_OPS:
-                kept.append(f"{node.name} ({name}: not covered)")
-            continue
-        val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
-        if not isinstance(val, torch.Tensor) or val.device.type != "cpu" \
-                or val.dtype not in DTYPES:
-            kept.append(f"{node.name} ({getattr(val, 'dtype', '?')} on "
-                        f"{getattr(val, 'device', '?')})")
-            continue
-        if twin != "shm_all_to_all_v" and node.args[1] not in REDUCE_OPS:
-            kept.append(f"{node.name} (reduce op {node.args[1]!r})")
-            continue
-        if functional and twin == "shm_all_reduce_":
-            twin = "shm_all_reduce"
-        node.target = getattr(torch.ops.torchair_dist, twin).default
-        for user in list(node.users):
-            if user.op == "call_function" and op_name(user.target) == \
-                    "_c10d_functional::wait_tensor":
-                user.replace_all_uses_with(node)
-                gm.graph.erase_node(user)
-        done += 1
-    if kept:
-        log.debug("collectives that stay on gloo: %s", ", ".join(kept))
-    if done:
-        gm.recompile()
-    return done
-
-
-def for_runner(ctx, functional: bool = False):
-    """``ctx`` with a rewritten copy of its graph when the option is on and this is a CPU
-    process; ``ctx`` itself otherwise (and when nothing in the graph is covered). The
-    original graph stays what the cross-rank check, the cache and export see.
-    ``functional``: see :func:`rewrite_graph` (inductor compiles the graph)."""
-    import copy
-    import dataclasses
-
-    from .. import platform as _platform
-
-    if not enabled(ctx.config) or _platform.current().name != "cpu":
-        return ctx
-    gm = torch.fx.GraphModule(ctx.gm, copy.deepcopy(ctx.gm.graph))
-    n = rewrite_graph(gm, functional)
-    if not n:
-        return ctx
-    log.debug("%s: %d collective(s) exchange through shared memory", ctx.graph_name, n)
-    return dataclasses.replace(ctx, gm=gm)

@@ -1,0 +1,14 @@
+"""The CPU wing: everything that only exists so that CPU can stand in for a device.
+
+* :mod:`.capture`, :mod:`.record`, :mod:`.bindings`: the capture stand-ins of the ACL modes
+  (``TORCHAIR_DIST_CPU_CAPTURE``: the recording stand-in with device-graph rules, the
+  emulating one);
+* :mod:`.shm`, :mod:`.shm_graph`, :mod:`.transport`: the shared-memory exchange between the
+  ranks of one host (``distributed_config.cpu_shm_collectives``);
+* :mod:`.ge_reference`: the GE reference executor and its kernels (``max-autotune`` without
+  CANN).
+
+Device code never imports this package: it talks to the seams of
+:mod:`torchair_dist.platform.interfaces`, and :mod:`torchair_dist.platform.stand_ins` is the one
+place that picks these implementations.
+"""

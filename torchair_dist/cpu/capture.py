@@ -1,0 +1,76 @@
+"""The CPU stand-ins for a device graph, and which one runs (``TORCHAIR_DIST_CPU_CAPTURE``).
+
+* ``record`` (default): capture records the dispatched ops, replay re-issues them on the
+  captured buffers, with the device-graph rules (:mod:`.record`);
+* ``emulate``: :class:`EmulatedGraph`: fixed input and output buffers, replay re-runs the
+  generated forward and copies into the captured outputs, so the runner's input-copy /
+  output-aliasing / recapture logic is exercised exactly as on a device;
+* ``off``: no capture, the generated forward runs directly.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, List, Optional, Sequence
+
+import torch
+
+from ..errors import ConfigError
+from ..platform.interfaces import CaptureFactory, CaptureGraph
+
+log = logging.getLogger("torchair_dist")
+
+CPU_CAPTURE_ENV = "TORCHAIR_DIST_CPU_CAPTURE"  # the same name as pipeline.CPU_CAPTURE_ENV
+CPU_CAPTURE_MODES = ("record", "emulate", "off")
+DEFAULT_CPU_CAPTURE = "record"
+
+
+def cpu_capture_mode() -> str:
+    """The CPU stand-in in use: "record" (default), "emulate", or "off" (run directly)."""
+    value = os.environ.get(CPU_CAPTURE_ENV, DEFAULT_CPU_CAPTURE) or DEFAULT_CPU_CAPTURE
+    if value not in CPU_CAPTURE_MODES:
+        raise ConfigError(f"{CPU_CAPTURE_ENV}={value!r}: expected one of "
+                          f"{list(CPU_CAPTURE_MODES)}")
+    return value
+
+
+class EmulatedGraph(CaptureGraph):
+    """CPU stand-in for a device graph: fixed input and output buffers, replay recomputes."""
+
+    def __init__(self):
+        self.fn: Optional[Callable] = None
+        self.inputs: List[Any] = []
+        self.outputs: Sequence[Any] = ()
+
+    def capture(self, fn: Callable, inputs: List[Any]) -> Sequence[Any]:
+        self.fn, self.inputs = fn, inputs
+        self.outputs = fn(list(inputs))
+        return self.outputs
+
+    def replay(self, inputs=None) -> None:
+        fresh = self.fn(list(self.inputs))
+        for static, new in zip(self.outputs, fresh):
+            if isinstance(static, torch.Tensor) and static is not new:
+                static.copy_(new)
+
+
+def capture_factory(gm: torch.fx.GraphModule, graph_name: str, share_pool: bool,
+                    opaque_forward: bool = False) -> Optional[CaptureFactory]:
+    """The stand-in capture graphs of one runner, or None to run without capture.
+
+    ``opaque_forward``: the forward runs kernels the dispatcher never sees (inductor's), which
+    the record stand-in cannot record (it would replay the FX graph's aten ops instead): such a
+    graph gets the emulating stand-in (fixed buffers, the forward runs per replay)."""
+    from .record import RecordGraph, RecordPool
+
+    stand_in = cpu_capture_mode()
+    if stand_in == "record" and opaque_forward:
+        log.debug("%s: its forward calls compiled kernels; the emulating CPU stand-in replays "
+                  "it (the record stand-in only re-issues dispatched ops)", graph_name)
+        stand_in = "emulate"
+    if stand_in == "record":
+        pool = RecordPool() if share_pool else None
+        return CaptureFactory(lambda: RecordGraph(gm, pool), share_pool)
+    if stand_in == "emulate":
+        return CaptureFactory(EmulatedGraph, False)
+    return None

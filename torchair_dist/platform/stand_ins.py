@@ -1,0 +1,66 @@
+"""The one place that picks what stands in for a device: each seam of
+:mod:`.interfaces` answered for this process's platform.
+
+On an Ascend NPU or an NVIDIA GPU the device's own implementations run and nothing here is
+used; on CPU the CPU wing (:mod:`torchair_dist.cpu`) answers: a capture stand-in for the ACL
+modes, the shared-memory exchange for a host's collectives, and the GE reference executor.
+No other module outside ``torchair_dist/cpu`` imports the CPU wing.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from . import current, for_device
+from .interfaces import CaptureFactory, CollectiveTransport, GeRuntime
+
+
+def capture_mode() -> str:
+    """The CPU capture stand-in (``TORCHAIR_DIST_CPU_CAPTURE``: record | emulate | off)."""
+    from ..cpu.capture import cpu_capture_mode
+
+    return cpu_capture_mode()
+
+
+def capture_factory(device_type: str, gm, graph_name: str, share_pool: bool,
+                    opaque_forward: bool = False) -> Optional[CaptureFactory]:
+    """For a graph whose inputs live on ``device_type`` without a device graph class: the CPU
+    capture stand-in's factory, or None (``off``: the forward runs directly)."""
+    if for_device(device_type).has_graph_capture:
+        raise ValueError(f"{device_type} captures device graphs; no stand-in is needed")
+    from ..cpu.capture import capture_factory as cpu_factory
+
+    return cpu_factory(gm, graph_name, share_pool, opaque_forward)
+
+
+_DEVICE_TRANSPORT = CollectiveTransport()
+
+
+def collective_transport() -> CollectiveTransport:
+    """How this process's compiled runners can exchange besides the graph's own collectives:
+    on CPU, the shared-memory transport; elsewhere the graph's own."""
+    if current().name != "cpu":
+        return _DEVICE_TRANSPORT
+    from ..cpu.transport import SHARED_MEMORY
+
+    return SHARED_MEMORY
+
+
+def transport_stage(ctx):
+    """The ``shm_collectives`` stage of the route (it runs on CPU when
+    ``distributed_config.cpu_shm_collectives`` is on): the graph's runner exchanges through
+    this host's transport; each backend takes it from ``ctx.transport``."""
+    import dataclasses
+
+    return dataclasses.replace(ctx, transport=collective_transport())
+
+
+def ge_executor(device=None, config=None,
+                transport: Optional[CollectiveTransport] = None) -> GeRuntime:
+    """The GE executor where no CANN runtime exists: the reference executor on ``device``
+    (reads ``distributed_config.overlap_collectives``); ``transport``: the route's collective
+    transport (None: the graph's own collectives)."""
+    from ..cpu.ge_reference import ReferenceRuntime
+
+    overlap = config is None or bool(config.get("distributed_config.overlap_collectives"))
+    shm = transport is not None and transport.for_ge_executor()
+    return ReferenceRuntime(device, overlap=overlap, shm=shm)
