@@ -18,7 +18,8 @@ SHM = {"distributed_config.cpu_shm_collectives": True}
 
 
 def _exchanges():
-    from torchair_dist.collectives import groups, shm
+    from torchair_dist.collectives import groups
+    from torchair_dist.cpu import shm
 
     return shm.exchanges(groups.stable_name_of(None))
 

@@ -45,7 +45,8 @@ def _moe_tp_case(rank, world, inductor_kernels, shm=False):
     cfg.mode = "npugraph_ex"
     cfg.experimental_config.inductor_kernels = inductor_kernels
     cfg.distributed_config.cpu_shm_collectives = shm
-    from torchair_dist.collectives import groups, shm as transport
+    from torchair_dist.collectives import groups
+    from torchair_dist.cpu import shm as transport
 
     before = transport.exchanges(groups.stable_name_of(None)) or 0
     compiled = torch.compile(block, backend=torchair_dist.get_npu_backend(compiler_config=cfg),

@@ -19,7 +19,8 @@ def _moe_case(rank, world, mode, overlap, dynamic):
     import torch
 
     import torchair_dist
-    from torchair_dist.collectives import groups, shm
+    from torchair_dist.collectives import groups
+    from torchair_dist.cpu import shm
 
     if _BENCH not in sys.path:
         sys.path.insert(0, _BENCH)
