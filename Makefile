@@ -1,9 +1,13 @@
 # Two jobs: `make demo` (the main job) and `make test`. Each creates .venv if missing,
-# installs the project with torch 2.13.0, and runs.
+# installs the project with torch 2.13.0, and runs. `TORCH=<version>` runs either with another
+# torch of the supported range in its own venv (.venv-torch<version>), e.g.
+# `make test TORCH=2.14.1` (CI runs the suite on 2.13.0 and 2.14.1, both ends of the range).
 PYTHON ?= python3
-VENV := .venv
+TORCH ?=
+TORCH_VERSION := $(if $(TORCH),$(TORCH),2.13.0)
+VENV := $(if $(TORCH),.venv-torch$(TORCH),.venv)
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+STAMP := $(VENV)/.installed-torch$(TORCH_VERSION)
 NPROC ?= 2
 export TORCH_DEVICE_BACKEND_AUTOLOAD = 0
 
@@ -12,8 +16,9 @@ export TORCH_DEVICE_BACKEND_AUTOLOAD = 0
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q torch==$(TORCH_VERSION)
 	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -c "import torch, sys; v = torch.__version__.split('+')[0]; sys.exit(0 if v == '$(TORCH_VERSION)' else 'pip replaced torch $(TORCH_VERSION) with ' + v)"
 	touch $(STAMP)
 
 venv: $(STAMP)

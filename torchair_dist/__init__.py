@@ -4,14 +4,19 @@ Public API: ``get_npu_backend``, ``get_compiler``, ``CompilerConfig``, ``cache_c
 the stream/event helpers (``npu_stream_switch``, ``npu_wait_tensor``, tagged events), and
 ``capture_report`` (ACL-graph captures/replays/recaptures per graph key).
 """
-from .backend import get_npu_backend
-from .backends.aclgraph.report import capture_report, reset_capture_report
-from .cache import cache_compile
-from .collectives import remap as _remap
-from .compiler import get_compiler
-from .configs import CompilerConfig
-from .export import dynamo_export
-from .streams import (npu_create_tagged_event, npu_record_tagged_stream, npu_stream_switch,
+from .torch_compat import check_torch_version as _check_torch_version
+
+_check_torch_version()  # before anything touches torch internals: a clear error, not a deep one
+
+from .backend import get_npu_backend  # noqa: E402
+from .backends.aclgraph.report import capture_report, reset_capture_report  # noqa: E402
+from .cache import cache_compile  # noqa: E402
+from .collectives import remap as _remap  # noqa: E402
+from .compiler import get_compiler  # noqa: E402
+from .configs import CompilerConfig  # noqa: E402
+from .export import dynamo_export  # noqa: E402
+from .streams import (npu_create_tagged_event, npu_record_tagged_stream,  # noqa: E402
+                      npu_stream_switch,
                       npu_stream_wait_stream, npu_tagged_event_record, npu_tagged_event_wait,
                       npu_wait_tensor)
 

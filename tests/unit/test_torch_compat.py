@@ -1,0 +1,132 @@
+"""The torch version range and the list of private torch APIs (torchair_dist.torch_compat)."""
+import ast
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+import torchair_dist
+from torchair_dist import torch_compat
+
+ROOT = os.path.dirname(torchair_dist.__file__)
+
+
+def _private_key(parts):
+    """The dotted path cut one component after the first private one (None: all public)."""
+    for i, p in enumerate(parts):
+        if p.startswith("_") and not p.startswith("__"):
+            return ".".join(parts[:i + 2])
+    return None
+
+
+def _module_aliases(tree):
+    """{local name: dotted torch path} of the module's imports."""
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torch"):
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("torch"):
+                    aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else \
+                        a.name.split(".")[0]
+    return aliases
+
+
+def private_uses():
+    """{private key: {module}} of every private torch name the package source uses: imports,
+    and attribute chains rooted at ``torch`` or at an imported torch name."""
+    found = {}
+    for dirpath, _, files in os.walk(ROOT):
+        for f in files:
+            if not f.endswith(".py") or f.endswith("_pb2.py"):
+                continue
+            path = os.path.join(dirpath, f)
+            module = os.path.relpath(path, os.path.dirname(ROOT))[:-3].replace(os.sep, ".")
+            tree = ast.parse(open(path).read())
+            aliases = _module_aliases(tree)
+            for node in ast.walk(tree):
+                chains = []
+                if isinstance(node, ast.ImportFrom) and node.module and \
+                        node.module.startswith("torch"):
+                    chains = [node.module.split(".") + [a.name] for a in node.names]
+                elif isinstance(node, ast.Import):
+                    chains = [a.name.split(".") for a in node.names if a.name.startswith("torch")]
+                elif isinstance(node, ast.Attribute):
+                    parts, n = [], node
+                    while isinstance(n, ast.Attribute):
+                        parts.append(n.attr)
+                        n = n.value
+                    if isinstance(n, ast.Name) and n.id in aliases:
+                        chains = [aliases[n.id].split(".") + parts[::-1]]
+                for chain in chains:
+                    key = _private_key(chain)
+                    if key and key.split(".")[0] == "torch":
+                        found.setdefault(key, set()).add(module)
+    return found
+
+
+def test_every_private_torch_api_used_is_listed():
+    unlisted = {k: sorted(v) for k, v in private_uses().items()
+                if k not in torch_compat.PRIVATE_APIS}
+    assert not unlisted, (f"private torch APIs used but not listed in "
+                          f"torchair_dist/torch_compat.py PRIVATE_APIS: {unlisted}")
+
+
+def test_every_listed_private_api_resolves_on_this_torch():
+    missing = []
+    for key in torch_compat.PRIVATE_APIS:
+        parts = key.split(".")
+        obj = None
+        for cut in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            try:
+                for attr in parts[cut:]:
+                    obj = getattr(obj, attr)
+            except AttributeError:
+                obj = None
+            break
+        if obj is None:
+            missing.append(key)
+    assert not missing, f"listed private APIs missing on this torch: {missing}"
+
+
+def test_nothing_listed_that_is_no_longer_used():
+    used = private_uses()
+    stale = [k for k in torch_compat.PRIVATE_APIS if k not in used]
+    assert not stale, f"listed in PRIVATE_APIS but no longer used: {stale}"
+
+
+@pytest.mark.parametrize("version,ok", [("2.13.0+cpu", True), ("2.14.1+cu128", True),
+                                        ("2.12.1", False), ("2.15.0", False), ("3.0.0", False)])
+def test_the_range(version, ok):
+    if ok:
+        torch_compat.check_torch_version(version, environ={})
+        return
+    with pytest.raises(torch_compat.UnsupportedTorchError) as info:
+        torch_compat.check_torch_version(version, environ={})
+    assert ">=2.13,<2.15" in str(info.value) and version in str(info.value)
+    assert torch_compat.ALLOW_ENV in str(info.value)
+    with pytest.warns(RuntimeWarning, match=version.replace("+", r"\+")):
+        torch_compat.check_torch_version(version, environ={torch_compat.ALLOW_ENV: "1"})
+    with pytest.raises(torch_compat.UnsupportedTorchError, match=torch_compat.ALLOW_ENV):
+        torch_compat.check_torch_version(version, environ={torch_compat.ALLOW_ENV: "yes"})
+
+
+def test_import_fails_early_on_a_torch_outside_the_range():
+    """``import torchair_dist`` with torch 2.99 fails at once, naming the range."""
+    code = ("import torch; torch.__version__ = '2.99.0'\n"
+            "try:\n    import torchair_dist\nexcept ImportError as e:\n    print('ERR', e)\n")
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    env.pop(torch_compat.ALLOW_ENV, None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.stdout.startswith("ERR torchair_dist supports torch >=2.13,<2.15"), \
+        out.stdout + out.stderr
+    assert "this is torch 2.99.0" in out.stdout

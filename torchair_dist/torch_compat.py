@@ -1,0 +1,182 @@
+"""Which torch this library runs on, and every private torch API it leans on.
+
+torchair_dist reaches into torch internals that change between releases (AOT autograd's runtime
+wrappers and schemas, the torch-function mode stack, Dynamo's ``convert_frame._compile``,
+inductor's compile entry, fake tensors). This module is the one place that says:
+
+* :data:`SUPPORTED`: the tested range of torch versions; :func:`check_torch_version` refuses
+  anything else at ``import torchair_dist`` with a message that names the range (set
+  ``TORCHAIR_DIST_ALLOW_UNTESTED_TORCH=1`` to get a warning instead);
+* :data:`VERIFIED`: the versions the whole test suite ran on (CI runs both ends of the range);
+* :data:`PRIVATE_APIS`: every private torch name the package uses and what for
+  (``tests/unit/test_torch_compat.py`` scans the package source: a private name used but not
+  listed, or listed but no longer resolvable on the running torch, fails);
+* :data:`PATCHES`: every change this library makes to torch's own state at import or at a
+  backend's first use, what it changes, why, and where.
+
+Where a private API differs between supported versions, the adaptation lives beside its use
+behind one version check (:func:`torch_at_least`).
+"""
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Dict, Tuple
+
+SUPPORTED = (">=2.13", "<2.15")
+_LOW, _HIGH = (2, 13), (2, 15)     # the range as (major, minor): LOW <= version < HIGH
+VERIFIED = ("2.13.0", "2.14.1")    # the suite passed on each (CI: the lowest and the highest)
+TORCH_NPU_PAIRING = {"2.13": "torch_npu 2.13.x", "2.14": "torch_npu 2.14.0"}
+ALLOW_ENV = "TORCHAIR_DIST_ALLOW_UNTESTED_TORCH"
+
+
+class UnsupportedTorchError(ImportError):
+    """The installed torch is outside the tested range (an ``ImportError``: raised at import)."""
+
+
+def parse_version(version: str) -> Tuple[int, int]:
+    """``"2.14.1+cu128"`` -> ``(2, 14)``."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    if not found:
+        raise UnsupportedTorchError(f"cannot read the torch version {version!r}")
+    return int(found.group(1)), int(found.group(2))
+
+
+def torch_at_least(major: int, minor: int) -> bool:
+    import torch
+
+    return parse_version(torch.__version__) >= (major, minor)
+
+
+def _allow_untested(environ) -> bool:
+    value = environ.get(ALLOW_ENV, "0")
+    if value not in ("0", "1"):
+        raise UnsupportedTorchError(f"{ALLOW_ENV}={value!r}: expected 0 or 1")
+    return value == "1"
+
+
+def check_torch_version(version: str = None, environ=None) -> None:
+    """Raise :class:`UnsupportedTorchError` when ``version`` (default: the installed torch) is
+    outside :data:`SUPPORTED`; with ``TORCHAIR_DIST_ALLOW_UNTESTED_TORCH=1`` warn instead."""
+    import os
+
+    if version is None:
+        import torch
+
+        version = torch.__version__
+    environ = os.environ if environ is None else environ
+    if _LOW <= parse_version(version) < _HIGH:
+        return
+    message = (f"torchair_dist supports torch {','.join(SUPPORTED)} (tested on "
+               f"{', '.join(VERIFIED)}); this is torch {version}. Install a torch in that range "
+               f"(with its matching torch_npu on Ascend), or set {ALLOW_ENV}=1 to try it "
+               f"anyway.")
+    if _allow_untested(environ):
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        return
+    raise UnsupportedTorchError(message)
+
+
+# private name -> what the library uses it for. Keys are dotted paths cut one component after
+# the first private one (``torch._dynamo.config``, ``torch.utils._pytree.tree_flatten`` ->
+# ``torch.utils._pytree.tree_flatten``); the modules that use each are found by the test.
+PRIVATE_APIS: Dict[str, str] = {
+    # the C extension: grad mode, torch-function modes, autocast, tensor types, c10d works
+    "torch._C": "the C extension module itself (the entries below; the record replay also "
+                "looks up aten bindings by name in _VariableFunctions, _nn, _linalg, _special, "
+                "_fft)",
+    "torch._C.TensorBase": "the record replay's probe of Python bindings (tensor methods)",
+    "torch._C.TensorType": "the record replay's probe of Python bindings (schema types)",
+    "torch._C._distributed_c10d": "_register_work: a p2p op's Work waited by wait_tensor",
+    "torch._C._is_any_autocast_enabled": "AOT's direct call only where autocast is off",
+    "torch._C._is_torch_function_mode_enabled": "CPU stand-ins replay without the user's modes",
+    "torch._C._len_torch_function_stack": "util.without_function_modes",
+    "torch._C._pop_torch_function_stack": "util.without_function_modes",
+    "torch._C._push_on_torch_function_stack": "util.without_function_modes",
+    "torch._C._set_grad_enabled": "generated replay/entry code switches grad mode cheaply",
+    # op overload types
+    "torch._ops": "the op overload classes (below)",
+    "torch._ops.OpOverload": "every pass and converter matches FX targets by overload",
+    "torch._ops.OpOverloadPacket": "targets given as packets (user converters, validation)",
+    "torch._ops.HigherOrderOperator": "graphs holding HOPs (auto_functionalized, ...)",
+    "torch.ops._c10d_functional": "the functional collectives every graph holds",
+    "torch.ops._c10d_functional.all_gather_into_tensor": "collective decompositions",
+    "torch.ops._c10d_functional.all_reduce": "the barrier op's eager kernel",
+    "torch.ops._c10d_functional.all_to_all_single": "collective decompositions",
+    "torch.ops._c10d_functional.broadcast": "collective decompositions",
+    "torch.ops._c10d_functional.wait_tensor": "collectives finish at their wait",
+    "torch.distributed._functional_collectives": "the functional API the remaps call",
+    "torch.distributed._functional_collectives.REDUCE_OP_TO_STR": "ReduceOp -> the name the "
+                                                                  "functional ops take",
+    "torch.distributed.distributed_c10d._get_group_tag": "stable group names (tag, ranks)",
+    "torch.distributed.distributed_c10d._resolve_process_group": "a group from its name",
+    "torch.distributed.distributed_c10d._world": "c10d's world state (pg_map below)",
+    "torch.distributed.distributed_c10d._world.pg_map": "the process groups of this process",
+    "torch.distributed.distributed_c10d._get_default_store": "the c10d store the cross-rank "
+                                                            "check and failure board use",
+    "torch.distributed.distributed_c10d._all_gather_base": "remapped (deprecated c10d API)",
+    "torch.distributed.distributed_c10d._reduce_scatter_base": "remapped (deprecated c10d API)",
+    # Dynamo
+    "torch._dynamo": "the compiler front end (entries below)",
+    "torch._dynamo.assume_constant_result": "remapped c10d queries fold to constants",
+    "torch._dynamo.config": "enable_p2p_compilation, capture_scalar_outputs, suppress_errors",
+    "torch._dynamo.convert_frame": "_compile wrapped: a rank's trace failure reaches its peers",
+    "torch._dynamo.decorators": "substitute_in_graph: in-place c10d APIs become traceable",
+    "torch._dynamo.disallow_in_graph": "forced graph breaks (TORCHAIR_DIST_BREAK_GRAPH_OPS)",
+    "torch._dynamo.exc": "Unsupported: a trace failure told apart from a user error",
+    "torch._dynamo.graph_bytecode_inputs": "user stream objects passed into the graph",
+    "torch._dynamo.reset": "export and cache compile from a clean Dynamo state",
+    "torch._dynamo.trace_rules": "is_polyfilled_callable: remaps installed once",
+    "torch._dynamo.utils": "GmWrapper: AOT's forward wrapper recognised for the direct call",
+    # AOT autograd
+    "torch._functorch._aot_autograd": "runtime wrappers and schemas (MutationType, "
+                                      "OutputType): when AOT's wrapper can be skipped",
+    "torch._functorch.aot_autograd": "aot_module_simplified: the aot stage",
+    "torch._functorch.config": "AOT's debug switches that need its wrapper",
+    "torch._guards": "the tracing context (entries below)",
+    "torch._guards.TracingContext": "AOT's metadata: static inputs, forward metadata",
+    "torch._guards.detect_fake_mode": "the fake mode of a graph's example inputs",
+    # inductor, fake tensors, decompositions, the op registry of script objects
+    "torch._inductor.compile_fx": "compile_fx_inner: inductor kernels under our pipeline",
+    "torch._inductor.decomposition": "select_decomp_table: inductor's decompositions",
+    "torch._subclasses": "fake tensors (entries below)",
+    "torch._subclasses.FakeTensorMode": "shape propagation of rewritten graphs",
+    "torch._subclasses.fake_tensor": "unset_fake_temporarily / FakeTensorMode: real data "
+                                     "built while AOT traces under fake tensors",
+    "torch._library.fake_class_registry": "FakeScriptObject: process groups as graph inputs",
+    "torch._decomp.get_decompositions": "the platform's decomposition patches",
+    "torch.utils._pytree": "cache_compile flattens arguments and outputs (entries below)",
+    "torch.utils._pytree.tree_flatten": "cache keys and records",
+    "torch.utils._pytree.tree_leaves": "cache entries and records",
+    "torch.utils._pytree.tree_unflatten": "a loaded entry rebuilds the outputs",
+    "torch.utils._pytree.treespec_dumps": "an entry stores its output structure",
+    "torch.utils._pytree.treespec_loads": "a loaded entry reads its output structure",
+    "torch.utils._python_dispatch.TorchDispatchMode": "the record stand-in's op recorder",
+    "torch.utils._python_dispatch.is_traceable_wrapper_subclass": "subclass inputs keep "
+                                                                  "AOT's wrapper",
+}
+
+# What this library changes in torch's own state: (what, why, where).
+PATCHES: Tuple[Tuple[str, str, str], ...] = (
+    ("torch.distributed in-place collectives (all_reduce, all_gather, broadcast, send/recv, "
+     "... 19 APIs) get Dynamo polyfills (substitute_in_graph)",
+     "Dynamo cannot trace in-place c10d calls; the polyfills call the functional "
+     "collectives so every collective lands in ONE graph", "collectives/remap.py: install() at "
+     "import torchair_dist"),
+    ("torch._dynamo.convert_frame._compile wrapped",
+     "a rank whose trace fails publishes the failure so its peers raise within seconds "
+     "instead of hanging in their first collective", "collectives/failures.py: "
+     "install_trace_hook(), at import"),
+    ("torch._dynamo.config.enable_p2p_compilation = True",
+     "lets Dynamo trace isend/irecv/batch_isend_irecv (off by default)",
+     "patches.py, at a backend's first compile"),
+    ("torch._dynamo.disallow_in_graph(op) for each op in TORCHAIR_DIST_BREAK_GRAPH_OPS",
+     "a debugging aid: forced graph breaks", "patches.py, at a backend's first compile"),
+    ("torch.distributed.barrier / monitored_barrier replaced while the CPU record stand-in "
+     "captures, restored after", "a host-side call a device graph cannot capture is refused "
+     "during capture", "cpu/record.py: HostCallGuard"),
+    ("a backend's reset hook (torch._dynamo.reset() calls it)",
+     "our per-process counters restart with Dynamo's", "backend.py: get_npu_backend"),
+    ("torch_npu's deterministic-level guard installed (on Ascend only)",
+     "TorchAir installs it for compiled graphs", "backend.py: install_determinism_guard"),
+)
