@@ -42,13 +42,12 @@ def init_logging() -> logging.Logger:
     logger = logging.getLogger(LOGGER_NAME)
     if _initialised:
         return logger
+    from .envvars import env_choice
+
+    level_name = env_choice(ENV_LEVEL, ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+                            "WARNING", normalise=str.upper)
     _initialised = True
-    level_name = os.environ.get(ENV_LEVEL, "WARNING").upper()
-    level = logging.getLevelName(level_name)
-    if not isinstance(level, int):
-        logger.warning("%s=%r is not a logging level; using WARNING", ENV_LEVEL, level_name)
-        level = logging.WARNING
-    logger.setLevel(level)
+    logger.setLevel(logging.getLevelName(level_name))
     if not any(isinstance(h, _FallbackHandler) for h in logger.handlers):
         handler = _FallbackHandler()
         handler.addFilter(_RankFilter())

@@ -56,6 +56,9 @@ def render_config_reference() -> str:
 
 
 def splice_all(text: str) -> str:
+    from . import envvars
+
+    text = pipeline.splice(text, envvars.START, envvars.END, envvars.render())
     text = pipeline.splice(text, START, END, render_config_reference())
     return pipeline.splice(text)
 

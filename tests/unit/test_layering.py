@@ -29,7 +29,7 @@ PKG = "torchair_dist"
 LEVELS = {
     "torchair_dist._version": 0, "torchair_dist.errors": 0, "torchair_dist._logging": 0,
     "torchair_dist.util": 0, "torchair_dist.configs.": 0, "torchair_dist.platform.": 0,
-    "torchair_dist.graph_context": 0, "torchair_dist.debug": 0, "torchair_dist.torch_compat": 0,
+    "torchair_dist.graph_context": 0, "torchair_dist.debug": 0, "torchair_dist.torch_compat": 0, "torchair_dist.envvars": 0,
     "torchair_dist.collectives.": 1, "torchair_dist.streams.": 1,
     "torchair_dist.passes.": 2, "torchair_dist.patches": 2, "torchair_dist.decompositions": 2,
     "torchair_dist.backends.": 3, "torchair_dist.cpu.": 3,

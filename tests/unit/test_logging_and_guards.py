@@ -42,17 +42,22 @@ def test_records_propagate_to_the_application_handlers_without_duplicates():
     assert lines == ["INFO torchair_dist: before", "APP torchair_dist after"], lines
 
 
-def test_bad_log_level_falls_back_with_a_warning():
+def test_bad_log_level_is_an_error_naming_the_variable():
     code = textwrap.dedent("""
         import os
         os.environ["TORCHAIR_DIST_LOG_LEVEL"] = "LOUD"
+        import torchair_dist  # importing never fails on a variable
         from torchair_dist._logging import init_logging
-        print(init_logging().level)
+        try:
+            init_logging()
+        except torchair_dist.errors.ConfigError as e:
+            print(e)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
-    assert out.stdout.strip() == str(logging.WARNING)
-    assert "LOUD" in out.stderr
+    assert out.stdout.strip() == ("environment variable TORCHAIR_DIST_LOG_LEVEL='LOUD': "
+                                  "expected one of DEBUG | INFO | WARNING | ERROR | CRITICAL"), \
+        out.stdout + out.stderr
 
 
 def test_determinism_guard_warns_once_without_torch_npu(monkeypatch):

@@ -130,3 +130,49 @@ def test_import_fails_early_on_a_torch_outside_the_range():
     assert out.stdout.startswith("ERR torchair_dist supports torch >=2.13,<2.15"), \
         out.stdout + out.stderr
     assert "this is torch 2.99.0" in out.stdout
+
+
+def test_every_environment_variable_read_is_declared():
+    """The package names no TORCHAIR_* variable that envvars.VARIABLES (the README's table)
+    does not list, and every listed one is named somewhere in the package."""
+    import re
+
+    from torchair_dist import envvars
+
+    named = set()
+    for dirpath, _, files in os.walk(ROOT):
+        for f in files:
+            if f.endswith(".py") and f != "envvars.py":
+                named |= set(re.findall(r"\b(TORCHAIR_(?:DIST_)?[A-Z_]+)\b",
+                                        open(os.path.join(dirpath, f)).read()))
+    assert named - set(envvars.VARIABLES) == set(), sorted(named - set(envvars.VARIABLES))
+    assert set(envvars.VARIABLES) - named == set(), sorted(set(envvars.VARIABLES) - named)
+
+
+def test_import_never_fails_on_a_bad_variable():
+    code = "import torchair_dist; print('imported')"
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    for name in ("TORCHAIR_DIST_SHM_SLOT_BYTES", "TORCHAIR_DIST_SHM_TIMEOUT",
+                 "TORCHAIR_DIST_PLATFORM", "TORCHAIR_DIST_CPU_CAPTURE",
+                 "TORCHAIR_DIST_LOG_LEVEL", "TORCHAIR_DIST_GE_VALIDATE"):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=dict(env, **{name: "abc"}), timeout=120)
+        assert out.stdout.strip() == "imported", (name, out.stderr[-500:])
+
+
+def test_a_bad_variable_is_an_error_naming_it():
+    from torchair_dist import envvars
+    from torchair_dist.errors import ConfigError
+
+    cases = {"TORCHAIR_DIST_SHM_SLOT_BYTES": lambda: envvars.env_int(
+        "TORCHAIR_DIST_SHM_SLOT_BYTES", 1, minimum=64),
+             "TORCHAIR_DIST_SHM_TIMEOUT": lambda: envvars.env_seconds("TORCHAIR_DIST_SHM_TIMEOUT"),
+             "TORCHAIR_DIST_GE_VALIDATE": lambda: envvars.env_flag("TORCHAIR_DIST_GE_VALIDATE")}
+    for name, read in cases.items():
+        os.environ[name] = "abc"
+        try:
+            with pytest.raises(ConfigError, match=f"environment variable {name}='abc': "
+                                                  f"expected"):
+                read()
+        finally:
+            del os.environ[name]

@@ -103,6 +103,10 @@ class CacheCompiledFunction:
                                      f"process is {_versions()}")
         if data.get("signature") != sig:
             raise CacheRejectedError("entry signature does not match its index record")
+        if data.get("model_key") != self._key:
+            raise CacheRejectedError(
+                f"entry was saved under model key {data.get('model_key')!r}, not this model's "
+                f"{self._key!r} (copied from another model's directory?)")
         return data
 
     # -- compile + save -------------------------------------------------------------------
@@ -138,7 +142,8 @@ class CacheCompiledFunction:
             raise NotCacheableError("not an inference graph")
         if record.first_args is None:
             raise NotCacheableError("the compiled graph did not run")
-        return {"versions": _versions(), "signature": sig, "graph": g["graph"],
+        return {"versions": _versions(), "signature": sig, "model_key": self._key,
+                "graph": g["graph"],
                 "static": g["static"], "created": time.time(),
                 "inputs": _map_inputs(record, self.module, args, kwargs, g["used"]),
                 "outputs": _map_outputs(record, result, args, kwargs)}
@@ -150,6 +155,26 @@ class CacheCompiledFunction:
 def _no_grad_call(fn, args, kwargs):
     with torch.no_grad():
         return fn(*args, **kwargs)
+
+
+def _check_arguments(**given) -> None:
+    """A ``ConfigError`` naming each argument of the wrong type (before anything runs)."""
+    expected = {"config": ((CompilerConfig, type(None)), "a torchair_dist.CompilerConfig"),
+                "dynamic": ((bool,), "True or False"),
+                "cache_dir": ((str, os.PathLike, type(None)), "a directory path"),
+                "global_rank": ((int, type(None)), "an int"), "tp_rank": ((int, type(None)),
+                                                                        "an int"),
+                "pp_rank": ((int, type(None)), "an int"),
+                "custom_decompositions": ((dict, type(None)), "a dict of op -> function"),
+                "ge_cache": ((bool,), "True or False")}
+    for name, (types_, what) in expected.items():
+        value = given[name]
+        if not isinstance(value, types_) or (types_[0] is int and isinstance(value, bool)):
+            raise ConfigError(f"cache_compile: {name} must be {what}, got {value!r} "
+                              f"({type(value).__name__})")
+    if given["backend"] is not None and not callable(given["backend"]):
+        raise ConfigError(f"cache_compile: backend must be get_npu_backend(...)'s result, got "
+                          f"{type(given['backend']).__name__}")
 
 
 def cache_compile(method, *, config=None, backend=None, dynamic: bool = False,
@@ -166,6 +191,9 @@ def cache_compile(method, *, config=None, backend=None, dynamic: bool = False,
     ``get_npu_backend(compiler_config=config)``'s result for the same config. ``ge_cache`` is
     accepted for TorchAir compatibility and ignored (with a warning) in ACL modes.
     """
+    _check_arguments(config=config, backend=backend, dynamic=dynamic, cache_dir=cache_dir,
+                     global_rank=global_rank, tp_rank=tp_rank, pp_rank=pp_rank,
+                     custom_decompositions=custom_decompositions, ge_cache=ge_cache)
     if isinstance(method, torch.nn.Module):
         module, func_name = method, "forward"
     elif inspect.ismethod(method) and isinstance(method.__self__, torch.nn.Module):

@@ -2,10 +2,12 @@
 shapes) and the per-call input signature."""
 from __future__ import annotations
 
+import enum
 import hashlib
 import inspect
 import json
 import sys
+import types
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -41,14 +43,156 @@ def _code_identity(cls) -> str:
     return f"{cls.__module__}.{cls.__qualname__}:{digest}:{version}"
 
 
+# nn.Module bookkeeping that is not a value a graph bakes in (state and submodules are keyed
+# by shape and structure above; hooks by the code they run)
+_MODULE_INTERNALS = frozenset({
+    "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "_state_dict_hooks",
+    "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
+    "_backward_hooks", "_backward_pre_hooks", "_is_full_backward_hook", "_compiled_call_impl",
+    "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs",
+})
+_SIMPLE = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device,
+           torch.layout, torch.memory_format)
+
+
+def value_fingerprint(value: Any, names: Optional[frozenset] = None, depth: int = 0) -> str:
+    """A stable text for a value a traced graph may have baked in (Dynamo guards on it):
+    numbers, strings, dtypes, enums and containers of them by value; a tensor by its type,
+    dtype and shape (a plain-attribute tensor's values are not read); a function by its
+    qualified name and bytecode; another object by its class and, a few levels deep, those of
+    its attributes whose names the model's code reads (``names``; e.g. ``config.hidden_size``,
+    not ``config.name_or_path``)."""
+    if isinstance(value, _SIMPLE):
+        return repr(value)
+    if isinstance(value, torch.Tensor):
+        return f"{type(value).__name__}({value.dtype},{tuple(value.shape)})"
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__qualname__}.{value.name}"
+    if depth > 4:
+        return type(value).__qualname__
+    if isinstance(value, (tuple, list, set, frozenset)):
+        items = [value_fingerprint(v, names, depth + 1) for v in value]
+        if isinstance(value, (set, frozenset)):
+            items.sort()
+        return f"{type(value).__name__}[{','.join(items)}]"
+    if isinstance(value, dict):
+        items = sorted(f"{value_fingerprint(k, names, depth + 1)}:"
+                       f"{value_fingerprint(v, names, depth + 1)}" for k, v in value.items())
+        return f"dict{{{','.join(items)}}}"
+    if isinstance(value, types.ModuleType):
+        return f"module {value.__name__}"
+    if isinstance(value, (types.FunctionType, types.MethodType)):
+        fn = getattr(value, "__func__", value)
+        return f"function {fn.__module__}.{fn.__qualname__}:{_code_digest(fn)}"
+    if isinstance(value, (type, torch.nn.Module)) or not isinstance(
+            getattr(value, "__dict__", None), dict):
+        return f"{type(value).__qualname__} {getattr(value, '__qualname__', '')}"
+    attrs = {k: v for k, v in vars(value).items() if names is None or k in names}
+    return f"{type(value).__qualname__}{value_fingerprint(attrs, names, depth + 1)}"
+
+
+def _code_digest(fn) -> str:
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return ""
+    h = hashlib.md5()
+    for c in _code_objects(code):
+        h.update(c.co_code)
+        h.update(repr([k for k in c.co_consts if not isinstance(k, types.CodeType)]).encode())
+    return h.hexdigest()
+
+
+def _code_objects(code: types.CodeType):
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_objects(const)
+
+
+def _functions_of(cls) -> List[Any]:
+    """The functions a model class defines (methods, static/class methods, property getters),
+    up its bases but not torch.nn.Module's own."""
+    found = []
+    for klass in cls.__mro__:
+        if klass in (torch.nn.Module, object) or klass.__module__.startswith("torch.nn."):
+            continue
+        for value in vars(klass).values():
+            value = getattr(value, "__func__", value)
+            value = getattr(value, "fget", value)
+            if isinstance(value, types.FunctionType):
+                found.append(value)
+    return found
+
+
+def _read_names(module: torch.nn.Module) -> frozenset:
+    """Every name the model's classes' code reads (attribute and global names)."""
+    names = {"training"}
+    for cls in {type(m) for m in module.modules()}:
+        for fn in _functions_of(cls):
+            for c in _code_objects(fn.__code__):
+                names.update(c.co_names)
+    return frozenset(names)
+
+
+def _module_attributes(module: torch.nn.Module, names: frozenset) -> List[str]:
+    """The plain attributes of the module and of every submodule that the model's code reads
+    (what Dynamo guards on: ``self.scale``, ``self.training``, a config object's fields,
+    hooks)."""
+    parts = []
+    for name, sub in module.named_modules(remove_duplicate=False):
+        for attr, value in sorted(vars(sub).items()):
+            if attr in _MODULE_INTERNALS or isinstance(value, torch.nn.Module):
+                continue
+            if attr not in names and not attr.startswith("_forward"):
+                continue
+            parts.append(f"attr {name or '.'}.{attr}={value_fingerprint(value, names)}")
+    return parts
+
+
+def _function_reads(fn, names: frozenset) -> List[str]:
+    """The globals and closure values ``fn`` reads (its code and nested functions'), each by
+    :func:`value_fingerprint`."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    g = getattr(fn, "__globals__", {})
+    read = sorted({n for c in _code_objects(code) for n in c.co_names if n in g})
+    parts = [f"global {fn.__qualname__}:{n}={value_fingerprint(g[n], names)}" for n in read]
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        parts.append(f"closure {fn.__qualname__}:{name}={value_fingerprint(value, names)}")
+    return parts
+
+
+def baked_values(module: torch.nn.Module, func_name: str) -> List[str]:
+    """What a compiled graph of ``module.func_name`` may have baked in besides the state
+    tensors: the plain attributes of the module and its submodules that the model's code
+    reads, and the globals and closure values its classes' functions read (torch's FX graph
+    cache and vLLM's compile cache key on the same things: the values Dynamo guards on)."""
+    names = _read_names(module)
+    parts = _module_attributes(module, names)
+    seen = set()
+    for cls in {type(m) for m in module.modules()}:
+        for fn in _functions_of(cls):
+            if id(fn) not in seen:
+                seen.add(id(fn))
+                parts += _function_reads(fn, names)
+    return sorted(parts)
+
+
 def model_key(module: torch.nn.Module, func_name: str, config, decompositions: Dict) -> str:
     """md5 of everything a compiled graph depends on besides the inputs' shapes: versions,
     the source files of every submodule's class (and their packages' versions), the module's
     structure and state shapes/placements/meshes, the process groups and device meshes its
-    submodules hold (by ranks, never by c10d's creation-order names), every config option and
-    the decompositions."""
+    submodules hold (by ranks, never by c10d's creation-order names), the values the graph
+    baked in (:func:`baked_values`: plain attributes, globals and closure values the forward
+    reads), every config option and the decompositions."""
     h = hashlib.md5()
     parts = [json.dumps(_versions(), sort_keys=True), func_name, str(module)]
+    parts += baked_values(module, func_name)
     parts += sorted({_code_identity(type(m)) for m in module.modules()})
     for name, t in _state_tensors(module):
         parts.append(f"{name}:{type(t).__name__}:{tuple(t.shape)}:{t.dtype}:"

@@ -10,12 +10,11 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
-from ..errors import ConfigError
+from ..envvars import env_choice
 from ..platform.interfaces import CaptureFactory, CaptureGraph
 
 log = logging.getLogger("torchair_dist")
@@ -27,11 +26,7 @@ DEFAULT_CPU_CAPTURE = "record"
 
 def cpu_capture_mode() -> str:
     """The CPU stand-in in use: "record" (default), "emulate", or "off" (run directly)."""
-    value = os.environ.get(CPU_CAPTURE_ENV, DEFAULT_CPU_CAPTURE) or DEFAULT_CPU_CAPTURE
-    if value not in CPU_CAPTURE_MODES:
-        raise ConfigError(f"{CPU_CAPTURE_ENV}={value!r}: expected one of "
-                          f"{list(CPU_CAPTURE_MODES)}")
-    return value
+    return env_choice(CPU_CAPTURE_ENV, CPU_CAPTURE_MODES, DEFAULT_CPU_CAPTURE)
 
 
 class EmulatedGraph(CaptureGraph):

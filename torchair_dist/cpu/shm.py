@@ -21,10 +21,22 @@ What it covers (everything else stays on gloo):
   tensors go through the slots in chunks).
 
 The segment is set up on the group's first shared-memory collective, through the group itself
-(one broadcast, one or two all-gathers), so every rank decides alike: if any rank cannot map it (no
+(one broadcast, a few all-gathers), so every rank decides alike: if any rank cannot map it (no
 ``/dev/shm``, another host, not x86-64, whose store order the protocol relies on) the whole
-group stays on gloo and a warning says why. Rank 0 creates the file, every rank maps it, then
-it is unlinked: once set up, nothing is left in ``/dev/shm`` even if a process dies.
+group stays on gloo and a warning says why.
+
+What is protected (``tests/security/``): rank 0 creates the file with
+``O_CREAT|O_EXCL|O_NOFOLLOW`` and mode 0600 whatever the umask, so another local user can
+neither read nor write it and a planted name or link is never opened (an existing name is an
+error on every rank that names it); a peer maps it only after checking, on the open descriptor,
+that it is a regular file of its own uid, mode 0600, of the expected size; rank 0 unlinks it on
+every path (once every rank mapped it, and on any failure, a peer's death during set-up
+included), so nothing stays in ``/dev/shm``. The ranks compare their settings
+(``TORCHAIR_DIST_SHM_SLOT_BYTES``, ``TORCHAIR_DIST_SHM_TIMEOUT``) at set-up, and every exchange
+carries what each rank sends (kind, dtype, reduce op, element count): a rank that disagrees is a
+``CollectiveMismatchError`` on every rank, never a wrong or stale result. Not protected: a
+process of the job's own uid can map the same memory while it exists (as it can read the
+job's memory anyway).
 
 A wait polls the peers' sequence numbers, yielding the CPU between polls (then sleeping in
 20 us steps). While it waits for a peer, every 0.2 s it looks at that peer: one that published a
@@ -41,6 +53,7 @@ import mmap
 import os
 import platform as _pyplatform
 import socket
+import stat
 import struct
 import time
 import uuid
@@ -53,20 +66,53 @@ from torch.distributed import distributed_c10d as _c10d
 
 from ..collectives import failures, groups, spec
 from ..collectives import ops as _ops
-from ..errors import CollectiveFaultError, PeerFailedError
+from ..envvars import env_int, env_seconds
+from ..errors import CollectiveFaultError, CollectiveMismatchError, PeerFailedError
 
 log = logging.getLogger("torchair_dist")
 
-# bytes per rank and bank; larger tensors go through in chunks (set before a group's first use)
-SLOT_BYTES = int(os.environ.get("TORCHAIR_DIST_SHM_SLOT_BYTES", 1 << 20))
+# bytes per rank and bank; larger tensors go through in chunks (read at a group's first use;
+# every rank of the group must use the same value, checked at setup)
+SLOT_ENV = "TORCHAIR_DIST_SHM_SLOT_BYTES"
+DEFAULT_SLOT_BYTES = 1 << 20
 TIMEOUT_ENV = "TORCHAIR_DIST_SHM_TIMEOUT"
-_LINE = 64                     # one cache line per rank's sequence number
+_LINE = 64                     # one cache line per rank: 8 int64 words
 _MAGIC = 0x7464736d            # "tdsm"
 _NONCE_AT = 4                  # rank 0's line: seq, pid, two votes, then the setup nonce
+_META_AT = 5                   # each rank's line: words 5 and 6, what it sends in bank 0 / 1
+_SEGMENT_PREFIX = "/dev/shm/torchair_dist_"
+# what an exchange's meta word encodes: kind, dtype, reduce op, element count
+_KINDS = {"all_reduce": 1, "all_to_all": 2}
+_DTYPE_CODES = {dt: i + 1 for i, dt in enumerate(
+    (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
+     torch.int16, torch.int32, torch.int64))}
+_OP_CODES = {"sum": 1, "max": 2, "min": 3, "product": 4, "prod": 4}
 DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
                     torch.uint8, torch.int16, torch.int32, torch.int64})
 REDUCE_OPS = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum,
               "product": torch.mul, "prod": torch.mul}
+
+
+def _meta(kind: str, dtype: torch.dtype, numel: int, reduce_op: str = "") -> int:
+    """One int64 word for what a rank sends in an exchange: kind, dtype, reduce op and element
+    count (bits 60-63, 52-59, 48-51, 0-47)."""
+    return (_KINDS[kind] << 60) | (_DTYPE_CODES[dtype] << 52) | \
+        (_OP_CODES.get(reduce_op, 0) << 48) | (numel & ((1 << 48) - 1))
+
+
+def _describe_meta(word: int) -> str:
+    kinds = {v: k for k, v in _KINDS.items()}
+    dtypes = {v: k for k, v in _DTYPE_CODES.items()}
+    ops = {1: "sum", 2: "max", 3: "min", 4: "product"}
+    kind = kinds.get((word >> 60) & 0xF, "?")
+    dtype = dtypes.get((word >> 52) & 0xFF, "?")
+    op = ops.get((word >> 48) & 0xF)
+    return f"{kind} of {word & ((1 << 48) - 1)} {dtype}" + (f" ({op})" if op else "")
+
+
+def slot_bytes() -> int:
+    """``TORCHAIR_DIST_SHM_SLOT_BYTES`` rounded down to a multiple of 64 (default 1 MiB)."""
+    return env_int(SLOT_ENV, DEFAULT_SLOT_BYTES, minimum=64) // 64 * 64
 
 
 def _unavailable_reason() -> Optional[str]:
@@ -106,6 +152,10 @@ class Channel:
         # one vote word per bank: a rank that already votes on the next exchange must not
         # change the vote a slower peer is still reading
         self._vote_at = [[r * _LINE // 8 + 2 + b for r in range(world)] for b in range(2)]
+        # what each rank sends in each bank (kind, dtype, op, element count): a rank whose
+        # exchange disagrees is an error on every rank, never a wrong result
+        self._meta_at = [[r * _LINE // 8 + _META_AT + b for r in range(world)]
+                         for b in range(2)]
         header = world * _LINE
         data = torch.frombuffer(mm, dtype=torch.uint8)[header:]
         self._banks = [data[b * world * slot:(b + 1) * world * slot].view(world, slot)
@@ -157,6 +207,20 @@ class Channel:
                 f"shared-memory collective #{seq} of group {self.name}: rank "
                 f"{self.ranks[peer]} never reached it: {why}")
 
+    def _check_meta(self, parity: int, mine: int, what: str) -> None:
+        """After an exchange: every rank sent the same kind, dtype, op and element count, else
+        :class:`CollectiveMismatchError` (each rank sees every rank's word, so all raise)."""
+        words = self._words
+        theirs = [words[at] for at in self._meta_at[parity]]
+        if all(t == mine for t in theirs):
+            return
+        described = "; ".join(f"rank {self.ranks[r]}: {_describe_meta(t)}"
+                              for r, t in enumerate(theirs))
+        raise CollectiveMismatchError(
+            f"shared-memory collective #{self.seq} of group {self.name}: the ranks disagree "
+            f"(this rank: {what}): {described}. Every rank must call the same collective with "
+            f"the same dtype and element count (with dynamic shapes, the same sizes).")
+
     # -- collectives --------------------------------------------------------------------------
     def all_reduce_(self, x: torch.Tensor, reduce_op: str) -> torch.Tensor:
         fold = REDUCE_OPS[reduce_op]
@@ -164,12 +228,17 @@ class Channel:
             return x
         flat = x.view(-1) if x.is_contiguous() else x.contiguous().view(-1)
         step = self.slot // x.element_size()
+        meta = _meta("all_reduce", x.dtype, flat.numel(), reduce_op)
         for start in range(0, flat.numel(), step):
             piece = flat[start:start + step]
             nbytes = piece.numel() * x.element_size()
-            bank = self._banks[(self.seq + 1) & 1]
+            parity = (self.seq + 1) & 1
+            bank = self._banks[parity]
             bank[self.rank, :nbytes].view(x.dtype).copy_(piece)
+            self._words[self._meta_at[parity][self.rank]] = meta
             bank = self._publish_and_wait()
+            self._check_meta(parity, meta, f"all_reduce of {flat.numel()} {x.dtype} "
+                                           f"({reduce_op})")
             slots = bank[:, :nbytes].view(x.dtype)
             fold(slots[0], slots[1], out=piece)
             for r in range(2, self.world):
@@ -198,10 +267,14 @@ class Channel:
                 bank[self.rank, :world * n * es].view(x.dtype).view(world, n).copy_(
                     src[:, start:start + n])
             self._words[self._vote_at[parity][self.rank]] = 1 if eligible else 0
+            meta = _meta("all_to_all", x.dtype, count * world if eligible else 0)
+            self._words[self._meta_at[parity][self.rank]] = meta
             bank = self._publish_and_wait()
             if start == 0:
                 if not all(self._words[at] for at in self._vote_at[parity]):
                     return None
+            self._check_meta(parity, meta, f"all_to_all of {count * world} {x.dtype}")
+            if start == 0:
                 out = torch.empty_like(x, memory_format=torch.contiguous_format)
                 dst = out.view(world, -1)
             me = self.rank * n * es
@@ -239,59 +312,147 @@ def segment_bytes(world: int, slot: int) -> int:
     return world * _LINE + 2 * world * slot
 
 
+def _agree_on_parameters(pg, ranks: List[int], name: str) -> int:
+    """Every rank reads its parameters of the exchange (``TORCHAIR_DIST_SHM_SLOT_BYTES``,
+    ``TORCHAIR_DIST_SHM_TIMEOUT``) and the ranks compare them: a bad value on any rank is a
+    ``ConfigError`` on every rank, a disagreement a ``CollectiveMismatchError`` on every rank
+    (naming each rank's values). Returns the slot size."""
+    from ..errors import ConfigError
+
+    try:
+        mine: object = {"slot bytes": slot_bytes(), "timeout": env_seconds(TIMEOUT_ENV)}
+    except ConfigError as exc:
+        mine = f"error: {exc}"
+    everyone: List[object] = [None] * len(ranks)
+    dist.all_gather_object(everyone, mine, group=pg)
+    bad = {ranks[i]: v for i, v in enumerate(everyone) if isinstance(v, str)}
+    if bad:
+        raise ConfigError(f"shared-memory collectives of group {name}: " + "; ".join(
+            f"rank {r}: {v[len('error: '):]}" for r, v in sorted(bad.items())))
+    if any(v != everyone[0] for v in everyone):
+        raise CollectiveMismatchError(
+            f"shared-memory collectives of group {name}: the ranks read different settings "
+            f"({SLOT_ENV} / {TIMEOUT_ENV}): " + "; ".join(
+                f"rank {ranks[i]}: {v}" for i, v in enumerate(everyone))
+            + ". Start every rank with the same environment.")
+    return mine["slot bytes"]  # type: ignore[index]
+
+
+def _create_segment(size: int):
+    """Rank 0's segment: a new file (``O_EXCL|O_NOFOLLOW``: an existing name or a planted link
+    is never opened), mode 0600 whatever the umask, its space allocated now (a full /dev/shm
+    fails here, not with SIGBUS later). Returns (path, mmap)."""
+    path = f"{_SEGMENT_PREFIX}{uuid.uuid4().hex}"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.posix_fallocate(fd, 0, size)
+        return path, mmap.mmap(fd, size)
+    except BaseException:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
+
+
+class _Refused(Exception):
+    """The named segment is not one this job made: never mapped, an error on every rank."""
+
+
+def _open_segment(path: str, size: int) -> mmap.mmap:
+    """A peer's mapping of rank 0's segment: the path must be one we make, and the file a
+    regular file of this process's user, mode 0600, of the expected size (checked on the open
+    descriptor, ``O_NOFOLLOW``: no link is followed)."""
+    tail = path[len(_SEGMENT_PREFIX):]
+    if not path.startswith(_SEGMENT_PREFIX) or len(tail) != 32 or \
+            any(c not in "0123456789abcdef" for c in tail):
+        raise _Refused(f"{path!r} is not a segment name this library makes")
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        problems = []
+        if not stat.S_ISREG(st.st_mode):
+            problems.append("not a regular file")
+        if st.st_uid != os.geteuid():
+            problems.append(f"owned by uid {st.st_uid}, not this job's uid {os.geteuid()}")
+        if stat.S_IMODE(st.st_mode) != 0o600:
+            problems.append(f"mode {stat.S_IMODE(st.st_mode):o}, not 600")
+        if st.st_size != size:
+            problems.append(f"{st.st_size} bytes, not {size}")
+        if problems:
+            raise _Refused(f"{path} is not this job's segment: {', '.join(problems)}")
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
 def _setup(pg, ranks: List[int], name: str) -> Optional[Channel]:
-    world, rank, slot = len(ranks), dist.get_rank(pg), max(64, SLOT_BYTES // 64 * 64)
+    """Set the group's channel up (every rank of the group calls this at the same point). The
+    segment is unlinked on every path: once every rank has mapped it, and on any failure,
+    a peer's death during set-up included."""
+    slot = _agree_on_parameters(pg, ranks, name)
+    world, rank = len(ranks), dist.get_rank(pg)
     size = segment_bytes(world, slot)
     reason = unavailable_reason()
-    offer = [None, None, _host_id()]
-    path = None
-    if rank == 0 and reason is None:
-        path = f"/dev/shm/torchair_dist_{uuid.uuid4().hex}"
-        try:
-            with open(path, "wb") as f:
-                # allocated now: a full /dev/shm fails here, not with SIGBUS on a later write
-                os.posix_fallocate(f.fileno(), 0, size)
-            offer[:2] = [path, uuid.uuid4().int & 0x7FFFFFFF]
-        except OSError as exc:
-            reason = f"cannot create a {size}-byte segment in /dev/shm: {exc}"
+    path = mm = None
+    refused: Optional[str] = None
+    try:
+        offer = [None, None, _host_id(), None]
+        if rank == 0 and reason is None:
+            try:
+                path, mm = _create_segment(size)
+                offer[:2] = [path, uuid.uuid4().int & 0x7FFFFFFF]
+            except (FileExistsError, IsADirectoryError) as exc:
+                offer[3] = f"the new segment's name is taken ({exc}): refusing to open it"
+            except OSError as exc:
+                reason = f"cannot create a {size}-byte segment in /dev/shm: {exc}"
+        dist.broadcast_object_list(offer, group=pg, group_src=0)
+        seg, nonce, host, refused = offer
+        if refused is None and reason is None and seg is None:
+            reason = "rank 0 could not create the segment"
+        elif refused is None and reason is None and host != _host_id():
+            reason = "not on the same host as rank 0"
+        if refused is None and reason is None and rank != 0:
+            try:
+                mm = _open_segment(seg, size)
+            except _Refused as exc:
+                refused = str(exc)
+            except OSError as exc:
+                reason = f"cannot map {seg}: {exc}"
+        if mm is not None:
+            struct.pack_into("q", mm, rank * _LINE + 8, os.getpid())  # for peers' liveness
+            if rank == 0:
+                struct.pack_into("q", mm, _NONCE_AT * 8, _MAGIC ^ nonce)
+        verdicts: List[object] = [None] * world
+        dist.all_gather_object(verdicts, ("refused", refused) if refused else reason,
+                               group=pg)
+        if mm is not None and all(v is None for v in verdicts):
+            # Everyone mapped it: does everyone see rank 0's nonce (the same memory)?
+            seen = struct.unpack_from("q", mm, _NONCE_AT * 8)[0] == _MAGIC ^ nonce
+            dist.all_gather_object(verdicts, None if seen else "does not see rank 0's segment",
+                                   group=pg)
+    except BaseException:
+        if mm is not None:
+            mm.close()
+        raise
+    finally:
+        if path is not None:  # rank 0: nothing stays in /dev/shm, whatever happened
             try:
                 os.unlink(path)
             except OSError:
                 pass
-            path = None
-    dist.broadcast_object_list(offer, group=pg, group_src=0)
-    path, nonce, host = offer
-    mm = None
-    if reason is None and path is None:
-        reason = "rank 0 could not create the segment"
-    elif reason is None and host != _host_id():
-        reason = "not on the same host as rank 0"
-    if reason is None:
-        try:
-            with open(path, "r+b") as f:
-                mm = mmap.mmap(f.fileno(), size)
-        except OSError as exc:
-            reason = f"cannot map {path}: {exc}"
-    if mm is not None:
-        struct.pack_into("q", mm, rank * _LINE + 8, os.getpid())  # for peers' liveness checks
-        if rank == 0:
-            struct.pack_into("q", mm, _NONCE_AT * 8, _MAGIC ^ nonce)
-    verdicts: List[Optional[str]] = [None] * world
-    dist.all_gather_object(verdicts, reason, group=pg)
-    if mm is not None and all(v is None for v in verdicts):
-        # Everyone mapped it: does everyone see rank 0's nonce (the same memory)?
-        seen = struct.unpack_from("q", mm, _NONCE_AT * 8)[0] == _MAGIC ^ nonce
-        dist.all_gather_object(verdicts, None if seen else "does not see rank 0's segment",
-                               group=pg)
-    if rank == 0 and path is not None:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-    failed = {ranks[i]: v for i, v in enumerate(verdicts) if v is not None}
-    if failed:
+    refusals = {ranks[i]: v[1] for i, v in enumerate(verdicts) if isinstance(v, tuple)}
+    failed = {ranks[i]: v for i, v in enumerate(verdicts) if isinstance(v, str)}
+    if refusals or failed:
         if mm is not None:
             mm.close()
+    if refusals:
+        raise CollectiveFaultError(
+            f"shared-memory collectives of group {name}: refused to map the segment: "
+            + "; ".join(f"rank {r}: {v}" for r, v in sorted(refusals.items()))
+            + ". Another process may be tampering with /dev/shm; set "
+            "distributed_config.cpu_shm_collectives=False to keep every collective on gloo.")
+    if failed:
         warnings.warn(f"torchair_dist: distributed_config.cpu_shm_collectives: group {name} "
                       f"stays on gloo: " + "; ".join(f"rank {r}: {v}" for r, v in
                                                       sorted(failed.items())),
@@ -317,8 +478,9 @@ def _process_exists(pid: int) -> bool:
 def _timeout_of(pg) -> float:
     """``TORCHAIR_DIST_SHM_TIMEOUT`` seconds, else the group's own timeout (what gloo would
     wait), else 300 s."""
-    if os.environ.get(TIMEOUT_ENV):
-        return float(os.environ[TIMEOUT_ENV])
+    override = env_seconds(TIMEOUT_ENV)
+    if override is not None:
+        return override
     try:
         return pg._get_backend(torch.device("cpu")).options._timeout.total_seconds()
     except Exception:  # noqa: BLE001 - a backend without options: the default

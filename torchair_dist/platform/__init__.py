@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
 from typing import Any, Optional
 
 import torch
@@ -69,7 +68,9 @@ def npu_status() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _probe_npu() -> bool:
-    if os.environ.get("TORCHAIR_DIST_DISABLE_NPU") == "1":
+    from ..envvars import env_flag
+
+    if env_flag("TORCHAIR_DIST_DISABLE_NPU"):
         _NPU_STATUS["reason"] = "NPU disabled by TORCHAIR_DIST_DISABLE_NPU=1"
         return False
     try:
@@ -111,13 +112,10 @@ def current() -> Platform:
 
     ``TORCHAIR_DIST_PLATFORM=npu|cuda|cpu`` forces one (e.g. CPU on a GPU host).
     """
-    forced = os.environ.get("TORCHAIR_DIST_PLATFORM")
-    if forced:
-        if forced not in _BY_NAME:
-            from ..errors import ConfigError
+    from ..envvars import env_choice
 
-            raise ConfigError(f"TORCHAIR_DIST_PLATFORM={forced!r}: expected one of "
-                              f"{sorted(_BY_NAME)}")
+    forced = env_choice("TORCHAIR_DIST_PLATFORM", sorted(_BY_NAME))
+    if forced:
         return _BY_NAME[forced]()
     if _probe_npu():
         return _npu()

@@ -20,11 +20,11 @@ every converted graph against the GE operator registry (the GE tests turn it on)
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, List
 
 import torch
 
+from ...envvars import env_flag
 from ...util import input_device
 from ..context import Backend, GraphContext, boxed
 from .fx2ge import ConvertedGraph, convert_graph
@@ -46,7 +46,7 @@ def _compile(ctx: GraphContext, config: Any):
     converted = convert_graph(ctx.gm, ctx.example_inputs, ctx.graph_name, ctx.rank,
                               ctx.world_size,
                               ref_data=bool(config.get("experimental_config.enable_ref_data")))
-    if os.environ.get(ENV_VALIDATE) == "1":
+    if env_flag(ENV_VALIDATE):
         from .registry_check import validate
 
         validate(converted.model)

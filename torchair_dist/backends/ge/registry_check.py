@@ -77,8 +77,15 @@ def _using_subset() -> bool:
 
 
 def default_registry_path(allow_subset: bool = True) -> Path:
-    env = os.environ.get(ENV_REGISTRY)
+    from ...envvars import raw
+
+    env = raw(ENV_REGISTRY)
     if env:
+        if not os.path.isfile(env):
+            from ...errors import ConfigError
+
+            raise ConfigError(f"environment variable {ENV_REGISTRY}={env!r}: expected a path "
+                              f"to the GE op registry JSON file (no such file)")
         return Path(env)
     repo = Path(__file__).resolve().parents[3]
     full = repo.parent / "shared" / "ge_op_registry.json"
