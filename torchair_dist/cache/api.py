@@ -25,8 +25,14 @@ log = logging.getLogger("torchair_dist")
 class CacheCompiledFunction:
     """Callable returned by :func:`cache_compile`; see the package docstring."""
 
-    def __init__(self, module, func_name, config, decompositions, cache_dir, rank_dir):
+    def __init__(self, module, func_name, config, decompositions, cache_dir, rank_dir,
+                 method=None, dynamic: bool = False):
         self.module, self.func_name = module, func_name
+        # The callable compiled on a miss, taken when cache_compile was called: after
+        # ``model.forward = cache_compile(model.forward)`` the module's attribute is this
+        # wrapper, which Dynamo must not trace into.
+        self.method = method if method is not None else getattr(module, func_name)
+        self.dynamic = dynamic
         self.config, self.decompositions = config, decompositions
         self.cache_root = cache_dir
         self.rank_dir = rank_dir
@@ -113,8 +119,7 @@ class CacheCompiledFunction:
     def _compile_and_save(self, key: tuple, sig: str, args, kwargs):
         record = _Record()
         backend = _cache_backend(self.config, self.decompositions, record)
-        method = getattr(self.module, self.func_name)
-        compiled = torch.compile(method, backend=backend, fullgraph=True, dynamic=False)
+        compiled = torch.compile(self.method, backend=backend, fullgraph=True, dynamic=False)
         with torch.no_grad():
             result = compiled(*args, **kwargs)
         self.loaded[key] = lambda a, k: _no_grad_call(compiled, a, k)
@@ -188,22 +193,24 @@ def cache_compile(method, *, config=None, backend=None, dynamic: bool = False,
     The first call in a process loads a verified entry for the call's input signature, or
     compiles (``fullgraph=True``, static shapes) and saves one. See the package docstring for
     the key, the layout and the safety rules. ``backend``, if given, must be
-    ``get_npu_backend(compiler_config=config)``'s result for the same config. ``ge_cache`` is
+    ``get_npu_backend(compiler_config=config)``'s result for the same config. ``dynamic=True``
+    (TorchAir's default; ours is ``False``) is accepted with a warning: it caches the same
+    static entries (one per input signature), since a stored graph has no symbolic shapes.
+    ``model.forward = cache_compile(model.forward)`` works: the method is taken once, here.
+    Dataclass arguments are looked into (their tensors are inputs), and tensors kept in plain
+    list/tuple attributes of the module count as its state. ``ge_cache`` is
     accepted for TorchAir compatibility and ignored (with a warning) in ACL modes.
     """
     _check_arguments(config=config, backend=backend, dynamic=dynamic, cache_dir=cache_dir,
                      global_rank=global_rank, tp_rank=tp_rank, pp_rank=pp_rank,
                      custom_decompositions=custom_decompositions, ge_cache=ge_cache)
     if isinstance(method, torch.nn.Module):
-        module, func_name = method, "forward"
+        module, func_name, bound = method, "forward", method.forward
     elif inspect.ismethod(method) and isinstance(method.__self__, torch.nn.Module):
-        module, func_name = method.__self__, method.__func__.__name__
+        module, func_name, bound = method.__self__, method.__func__.__name__, method
     else:
         raise ConfigError(f"cache_compile needs a method of a torch.nn.Module (or a module), "
                           f"got {type(method).__name__}")
-    if dynamic:
-        raise ConfigError("cache_compile(dynamic=True) is not supported: entries are per static "
-                          "input signature (pass dynamic=False)")
     if backend is not None:
         bound = getattr(backend, "keywords", {}).get("compiler_config")
         if bound is None or (config is not None and bound != config):
@@ -221,5 +228,12 @@ def cache_compile(method, *, config=None, backend=None, dynamic: bool = False,
     else:
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
     rank_dir = rank_dir_name(world, global_rank, tp_rank, pp_rank)
+    if not isinstance(dynamic, bool):
+        raise ConfigError(f"cache_compile: dynamic must be a bool, got {dynamic!r}")
+    if dynamic:
+        log.warning("cache_compile(dynamic=True): entries here are static, one per input "
+                    "signature (each new shape compiles once and is saved, then loads); pass "
+                    "dynamic=False to silence this warning")
     return CacheCompiledFunction(module, func_name, config, decompositions,
-                                 cache_root(cache_dir), rank_dir)
+                                 cache_root(cache_dir), rank_dir, method=bound,
+                                 dynamic=dynamic)

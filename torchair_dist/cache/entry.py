@@ -14,7 +14,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from ..compiler import build_runner, make_context
 from ..errors import CacheRejectedError
 from .graph_data import _dec, graph_from_data
-from .keys import _state_tensors
+from .keys import _state_tensors, call_leaves
 
 
 class LoadedEntry:
@@ -40,6 +40,11 @@ class LoadedEntry:
         self.fast = _fast_call(self, args, kwargs)  # None: the general __call__ answers
 
     def _state_getter(self, name: str, local: bool):
+        if name.endswith("]"):  # a tensor in a list attribute: "sub.attr[i]"
+            path, _, index = name[:-1].rpartition("[")
+            owner_name, _, attr = path.rpartition(".")
+            owner = self.module.get_submodule(owner_name) if owner_name else self.module
+            return lambda: getattr(owner, attr)[int(index)]
         owner_name, _, attr = name.rpartition(".")
         owner = self.module.get_submodule(owner_name) if owner_name else self.module
         if local:
@@ -47,7 +52,7 @@ class LoadedEntry:
         return lambda: getattr(owner, attr)
 
     def _flat_inputs(self, args, kwargs) -> List[Any]:
-        leaves = pytree.tree_leaves((args, kwargs))
+        leaves = call_leaves(args, kwargs)
         flat = []
         for spec, get in zip(self.inputs, self.getters):
             flat.append(get() if get is not None else
@@ -60,7 +65,7 @@ class LoadedEntry:
         flat = self._flat_inputs(args, kwargs)
         with torch.no_grad():
             outs = self.runner(flat) if self.boxed else self.runner(*flat)
-        leaves = pytree.tree_leaves((args, kwargs))
+        leaves = call_leaves(args, kwargs)
         result = []
         for spec in self.out_leaves:
             kind = spec[0]
@@ -95,7 +100,7 @@ def call(args, kwargs):
 def _fast_call(entry: "LoadedEntry", args, kwargs):
     """The generated call of ``entry`` for flat calls (see ``_FAST_SOURCE``), else None.
     It takes ``(args, kwargs)`` like the entry, so the caller can keep it instead."""
-    leaves = pytree.tree_leaves((args, kwargs))
+    leaves = call_leaves(args, kwargs)
     if kwargs or len(leaves) != len(args) or any(a is not b for a, b in zip(leaves, args)):
         return None
     spec = entry.out_spec
@@ -134,7 +139,7 @@ def _fast_call(entry: "LoadedEntry", args, kwargs):
 def _checked_io(data: Dict, module, args, kwargs, gm) -> Tuple[List, List]:
     """The entry's input and output maps, refused unless every reference is in range and
     every state name is a parameter/buffer of ``module``."""
-    n_args = len(pytree.tree_leaves((args, kwargs)))
+    n_args = len(call_leaves(args, kwargs))
     state = {name for name, _ in _state_tensors(module)}
     n_placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
     out_node = next(n for n in gm.graph.nodes if n.op == "output")

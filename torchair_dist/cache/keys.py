@@ -2,6 +2,7 @@
 shapes) and the per-call input signature."""
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import inspect
@@ -26,8 +27,46 @@ def _versions() -> Dict[str, Any]:
 
 
 def _state_tensors(module: torch.nn.Module):
+    """Parameters, buffers, and tensors kept in plain list/tuple attributes of the module or
+    its submodules (a KV cache as ``self.caches = [k, v]``), named ``sub.attr[i]``: Dynamo
+    reads those as graph inputs too, and their shapes belong to the model key."""
     yield from module.named_parameters(remove_duplicate=False)
     yield from module.named_buffers(remove_duplicate=False)
+    for prefix, m in module.named_modules():
+        for attr, value in vars(m).items():
+            if (attr.startswith("_") or not isinstance(value, (list, tuple)) or not value
+                    or not all(isinstance(t, torch.Tensor) for t in value)):
+                continue
+            for i, t in enumerate(value):
+                yield f"{prefix + '.' if prefix else ''}{attr}[{i}]", t
+
+
+def _expand_dataclasses(value):
+    """``value`` with every dataclass instance pytree does not know replaced by a one-key
+    dict ``{"<module.QualName>": {field: value}}``, so pytree sees its fields (and the class
+    name is part of the structure)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and \
+            type(value) not in pytree.SUPPORTED_NODES:
+        cls = type(value)
+        return {f"<{cls.__module__}.{cls.__qualname__}>": {
+            f.name: _expand_dataclasses(getattr(value, f.name))
+            for f in dataclasses.fields(value)}}
+    if type(value) in (list, tuple):
+        return type(value)(_expand_dataclasses(v) for v in value)
+    if type(value) is dict:
+        return {k: _expand_dataclasses(v) for k, v in value.items()}
+    return value
+
+
+def call_leaves(args: tuple, kwargs: dict) -> List[Any]:
+    """The leaves of a call's arguments, dataclass fields included (see
+    :func:`call_flatten`)."""
+    return call_flatten(args, kwargs)[0]
+
+
+def call_flatten(args: tuple, kwargs: dict):
+    """``pytree.tree_flatten((args, kwargs))`` that also looks inside dataclass instances."""
+    return pytree.tree_flatten(_expand_dataclasses((args, kwargs)))
 
 
 def _code_identity(cls) -> str:
@@ -212,7 +251,7 @@ def model_key(module: torch.nn.Module, func_name: str, config, decompositions: D
 
 def call_key(args: tuple, kwargs: dict) -> tuple:
     """A hashable description of a call's inputs (what a static graph depends on)."""
-    leaves, spec = pytree.tree_flatten((args, kwargs))
+    leaves, spec = call_flatten(args, kwargs)
     key: List[Any] = [spec]
     for x in leaves:
         if isinstance(x, torch.Tensor):

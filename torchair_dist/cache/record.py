@@ -13,7 +13,7 @@ from torch._functorch._aot_autograd.schemas import MutationType
 from ..backend import _npu_backend
 from ..compiler import NpuFxCompiler
 from .graph_data import NotCacheableError, _enc, graph_to_data
-from .keys import _state_tensors
+from .keys import _state_tensors, call_leaves
 
 
 class _Record:
@@ -89,7 +89,7 @@ def _map_inputs(record: _Record, module, args, kwargs, used: List[bool]) -> List
         by_id.setdefault(id(t), ["state", name, False])
         if local is not None:
             by_id.setdefault(id(local), ["state", name, True])
-    for k, leaf in enumerate(pytree.tree_leaves((args, kwargs))):
+    for k, leaf in enumerate(call_leaves(args, kwargs)):
         by_id.setdefault(id(leaf), ["arg", k])
     specs = []
     for i, a in enumerate(record.first_args):
@@ -106,7 +106,7 @@ def _map_inputs(record: _Record, module, args, kwargs, used: List[bool]) -> List
 def _map_outputs(record: _Record, result, args, kwargs) -> Dict:
     leaves, spec = pytree.tree_flatten(result)
     outs = record.first_outputs
-    arg_ids = {id(x): k for k, x in enumerate(pytree.tree_leaves((args, kwargs)))}
+    arg_ids = {id(x): k for k, x in enumerate(call_leaves(args, kwargs))}
     storage = {o.untyped_storage().data_ptr(): j for j, o in enumerate(outs)
                if isinstance(o, torch.Tensor)}
     specs = []

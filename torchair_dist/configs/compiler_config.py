@@ -36,9 +36,9 @@ class CompilerConfig(ConfigBase):
         self.distributed_config = DistributedConfig()
         self.mode = ChoiceOption("max-autotune", list(MODES), "per-rank compiler (see README)")
         self.post_grad_custom_pre_pass = CallableOption(
-            None, "pass(gm) run on the AOT graph before the built-in passes")
+            None, "pass(gm, example_inputs, config) run on the AOT graph before the built-in passes")
         self.post_grad_custom_post_pass = CallableOption(
-            None, "pass(gm) run on the AOT graph after the built-in passes")
+            None, "pass(gm, example_inputs, config) run on the AOT graph after the built-in passes")
         self._freeze()
 
     def copy(self) -> "CompilerConfig":

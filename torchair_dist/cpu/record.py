@@ -98,8 +98,26 @@ class _NodeTracker(torch.fx.Interpreter):
         self.current = n
         return super().run_node(n)
 
+    def call_function(self, target, args, kwargs):
+        # A custom op with a mutable argument is a functionalization HOP in the AOT graph
+        # (auto_functionalized[_v2]); the recording mode has no rule for HOPs. Run its eager
+        # (dense) form instead, so what is recorded is the clones and the mutable op itself,
+        # plain dispatched ops that a replay re-issues.
+        dense = _dense_hops().get(target)
+        if dense is not None:
+            return dense(*args, **kwargs)
+        return super().call_function(target, args, kwargs)
+
     def where(self) -> str:
         return where(self.current) if self.current is not None else "<graph input>"
+
+
+def _dense_hops() -> Dict[Any, Callable]:
+    """The functionalization HOPs a recorded graph may hold -> their eager implementations."""
+    from torch._higher_order_ops import auto_functionalize as af
+
+    return {af.auto_functionalized: af.auto_functionalized_dense,
+            af.auto_functionalized_v2: af.auto_functionalized_v2_dense}
 
 
 class _Codegen:

@@ -5,6 +5,7 @@ view->reshape, the optional ``npu_fx_pass`` patterns, custom post pass. Each pas
 """
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Callable, List
 
@@ -153,19 +154,52 @@ def collapse_view_chains(gm, example_inputs, config):
     return gm
 
 
+def _takes_graph_only(fn: Callable) -> bool:
+    """True for a one-argument pass ``fn(graph)`` (inductor's convention); False for
+    TorchAir's ``fn(gm, example_inputs, config)`` (and anything that accepts 3 arguments)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    try:
+        sig.bind(None, None, None)
+    except TypeError:
+        try:
+            sig.bind(None)
+        except TypeError:
+            return False
+        return True
+    return False
+
+
+_warned_graph_only: set = set()
+
+
 def _custom(name: str) -> Callable:
     def run(gm, example_inputs, config):
         fn = config.option(name).raw
-        if fn is not None:
-            result = fn(gm.graph)  # inductor's convention: the pass edits the fx.Graph
-            if isinstance(result, torch.fx.GraphModule):
-                gm = result
-            gm.graph.lint()
-            gm.recompile()
+        if fn is None:
+            return gm
+        if _takes_graph_only(fn):
+            key = (name, getattr(fn, "__qualname__", repr(fn)))
+            if key not in _warned_graph_only:
+                _warned_graph_only.add(key)
+                log.warning("%s %s takes one argument: called as fn(gm.graph) (inductor's "
+                            "convention); TorchAir calls fn(gm, example_inputs, config)",
+                            name, key[1])
+            result = fn(gm.graph)
+        else:
+            result = fn(gm, example_inputs, config)
+        if isinstance(result, torch.fx.GraphModule):
+            gm = result
+        gm.graph.lint()
+        gm.recompile()
         return gm
 
     run.__name__ = name
-    run.__doc__ = f"Run config.{name}(graph) if set (the user's pass edits the graph in place)."
+    run.__doc__ = (f"Run config.{name} as TorchAir does, fn(gm, example_inputs, config) (the "
+                   f"pass edits gm in place or returns a GraphModule); a one-argument pass is "
+                   f"called as fn(gm.graph) with a warning.")
     return run
 
 
