@@ -2,7 +2,10 @@
 
 Public API: ``get_npu_backend``, ``get_compiler``, ``CompilerConfig``, ``cache_compile``, and
 the stream/event helpers (``npu_stream_switch``, ``npu_wait_tensor``, tagged events), and
-``capture_report`` (ACL-graph captures/replays/recaptures per graph key).
+``capture_report`` (ACL-graph captures/replays/recaptures per graph key). TorchAir's other
+names: the submodules ``inference``, ``scope``, ``ops`` and :mod:`.compat` (``logger``,
+``register_replacement``, ``patch_for_hcom``, ``use_internal_format_weight``, ``compile_fx``);
+``import torchair_dist as torchair`` runs TorchAir scripts (README: "Coming from TorchAir").
 """
 from .torch_compat import check_torch_version as _check_torch_version
 
@@ -20,6 +23,10 @@ from .streams import (npu_create_tagged_event, npu_record_tagged_stream,  # noqa
                       npu_stream_wait_stream, npu_tagged_event_record, npu_tagged_event_wait,
                       npu_wait_tensor)
 
+from . import inference, ops, scope  # noqa: E402 - TorchAir's submodules
+from .compat import (compile_fx, logger, npu_format_cast_via_cpu, patch_for_hcom,  # noqa: E402
+                     register_replacement, use_internal_format_weight)
+
 from ._version import __version__  # noqa: E402
 
 _remap.install()
@@ -27,4 +34,6 @@ _remap.install()
 __all__ = ["get_npu_backend", "get_compiler", "CompilerConfig", "cache_compile", "dynamo_export",
            "npu_stream_switch", "npu_wait_tensor", "npu_create_tagged_event",
            "npu_tagged_event_record", "npu_tagged_event_wait", "npu_stream_wait_stream",
-           "npu_record_tagged_stream", "capture_report", "reset_capture_report", "__version__"]
+           "npu_record_tagged_stream", "capture_report", "reset_capture_report", "__version__",
+           "inference", "ops", "scope", "compile_fx", "logger", "npu_format_cast_via_cpu",
+           "patch_for_hcom", "register_replacement", "use_internal_format_weight"]

@@ -127,6 +127,12 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("pattern_fusion", "torchair_dist.passes.pattern_fusion:pattern_fusion", "aot-pass",
           "residual add + RMSNorm (LlamaRMSNorm's AOT ops) -> torch_npu.npu_add_rms_norm",
           gate="experimental_config.pattern_fusion_pass", platforms=NPU),
+    Stage("user_patterns", "torchair_dist.patterns:apply_user_patterns", "aot-pass",
+          "patterns registered with register_replacement (TorchAir's API) are replaced",
+          gate="experimental_config.pattern_fusion_pass"),
+    Stage("scope_attrs", "torchair_dist.scope:report_scope_attrs", "aot-pass",
+          "TorchAir's Ascend-only scopes (super_kernel, limit_core_num, op_never_timeout, "
+          "data_dump) stay in node.meta['custom']; a warning names each found"),
     Stage("view_to_reshape", "torchair_dist.passes.common:view_to_reshape", "aot-pass",
           "aten.view becomes aten.reshape"),
     Stage("collapse_view_chains", "torchair_dist.passes.common:collapse_view_chains", "aot-pass",
@@ -233,7 +239,7 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
 )}
 
 _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
-          "remove_copy_into_empty", "view_to_reshape", "collapse_view_chains", "custom_post_pass")
+          "remove_copy_into_empty", "user_patterns", "scope_attrs", "view_to_reshape", "collapse_view_chains", "custom_post_pass")
 _SPLIT = _ENTRY.index("view_to_reshape")  # ACL modes fuse patterns before view -> reshape
 _ACL = _ENTRY[:_SPLIT] + ("pattern_fusion",) + _ENTRY[_SPLIT:] + (
     "overlap", "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "validate",

@@ -25,6 +25,7 @@ _ACLX = "experimental_config.aclgraph."
 # option key -> (config path, transform or None)
 COMPILE_OPTIONS: Dict[str, Tuple[str, Optional[Callable[[Any], Any]]]] = {
     "force_eager": ("debug.run_eagerly", None),
+    "deadlock_check": ("debug.deadlock_check", None),
     "use_graph_pool": ("aclgraph_config.use_custom_pool", None),
     "reuse_graph_pool_in_same_fx": ("debug.aclgraph.disable_mempool_reuse_in_same_fx", _invert),
     "capture_limit": ("debug.aclgraph.static_capture_size_limit", None),
