@@ -126,6 +126,7 @@ PRIVATE_APIS: Dict[str, str] = {
     "torch._dynamo.exc": "Unsupported: a trace failure told apart from a user error",
     "torch._dynamo.graph_bytecode_inputs": "user stream objects passed into the graph",
     "torch._dynamo.reset": "export and cache compile from a clean Dynamo state",
+    "torch._dynamo.mark_dynamic": "inference.set_dim_gears marks the geared dims dynamic",
     "torch._dynamo.trace_rules": "is_polyfilled_callable: remaps installed once",
     "torch._dynamo.utils": "GmWrapper: AOT's forward wrapper recognised for the direct call",
     # AOT autograd
@@ -139,6 +140,10 @@ PRIVATE_APIS: Dict[str, str] = {
     # inductor, fake tensors, decompositions, the op registry of script objects
     "torch._inductor.compile_fx": "compile_fx_inner: inductor kernels under our pipeline",
     "torch._inductor.decomposition": "select_decomp_table: inductor's decompositions",
+    "torch._inductor.pattern_matcher": "register_replacement (TorchAir's API): the user's "
+                                       "patterns are matched by inductor's pattern matcher",
+    "torch._higher_order_ops.auto_functionalize": "the record stand-in runs auto_functionalized"
+                                                  "[_v2]'s dense form (custom ops that mutate)",
     "torch._subclasses": "fake tensors (entries below)",
     "torch._subclasses.FakeTensorMode": "shape propagation of rewritten graphs",
     "torch._subclasses.fake_tensor": "unset_fake_temporarily / FakeTensorMode: real data "
@@ -147,7 +152,8 @@ PRIVATE_APIS: Dict[str, str] = {
     "torch._decomp.get_decompositions": "the platform's decomposition patches",
     "torch.utils._pytree": "cache_compile flattens arguments and outputs (entries below)",
     "torch.utils._pytree.tree_flatten": "cache keys and records",
-    "torch.utils._pytree.tree_leaves": "cache entries and records",
+    "torch.utils._pytree.SUPPORTED_NODES": "cache keys look into dataclasses pytree does not "
+                                           "know",
     "torch.utils._pytree.tree_unflatten": "a loaded entry rebuilds the outputs",
     "torch.utils._pytree.treespec_dumps": "an entry stores its output structure",
     "torch.utils._pytree.treespec_loads": "a loaded entry reads its output structure",

@@ -118,6 +118,8 @@ PROCESS_STATE = {
     "torchair_dist.streams.runtime:_bound": "tags bound to user stream objects",
     "torchair_dist.streams.runtime:_bound_tags": "as streams.runtime:_bound",
     "torchair_dist.util:_resetters": "the functions torch._dynamo.reset() calls",
+    "torchair_dist.passes.common:_warned_graph_only": "warn once per process",
+    "torchair_dist.scope:_warned": "warn once per process",
 }
 
 

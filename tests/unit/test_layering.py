@@ -32,12 +32,14 @@ LEVELS = {
     "torchair_dist.graph_context": 0, "torchair_dist.debug": 0, "torchair_dist.torch_compat": 0, "torchair_dist.envvars": 0,
     "torchair_dist.collectives.": 1, "torchair_dist.streams.": 1,
     "torchair_dist.passes.": 2, "torchair_dist.patches": 2, "torchair_dist.decompositions": 2,
+    "torchair_dist.scope": 2, "torchair_dist.ops": 2, "torchair_dist.patterns": 2,
     "torchair_dist.backends.": 3, "torchair_dist.cpu.": 3,
     "torchair_dist.platform.stand_ins": 3,  # the chooser: imports the CPU wing
     "torchair_dist.pipeline": 4, "torchair_dist.compiler": 4, "torchair_dist.fx_summary": 4,
     "torchair_dist.aot_direct": 4,
     "torchair_dist.backend": 5,
     "torchair_dist.export": 6, "torchair_dist.cache.": 6, "torchair_dist.docs": 6,
+    "torchair_dist.inference": 6, "torchair_dist.compat": 6,
     "torchair_dist": 7,  # the package's __init__ only: the public API
 }
 
