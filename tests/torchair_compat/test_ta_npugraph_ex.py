@@ -1,0 +1,220 @@
+"""npugraph_ex as a TorchAir user drives it: ``backend="npugraph_ex"`` with ``options=``,
+capture/replay counts, input mutation, custom ops that mutate an argument, the user's post-grad
+passes (TorchAir's calling convention), ``deadlock_check``, ``compile_fx`` and config errors."""
+import pytest
+import torch
+from torch._functorch.aot_autograd import aot_module_simplified
+
+import torchair_dist as torchair
+from torchair_dist import compiler
+from torchair_dist.errors import ConfigError, TorchairDistError
+
+
+@torch.library.custom_op("ta_compat::scatter_kv", mutates_args=("cache",))
+def scatter_kv(cache: torch.Tensor, slots: torch.Tensor, value: torch.Tensor) -> None:
+    """A vLLM-style KV-cache write: rows ``slots`` of ``cache`` become ``value``."""
+    cache.index_copy_(0, slots, value)
+
+
+@scatter_kv.register_fake
+def _(cache, slots, value):
+    return None
+
+
+def _ours(exc):
+    """The TorchairDistError inside Dynamo's BackendCompilerFailed (or ``exc`` itself)."""
+    while exc is not None and not isinstance(exc, TorchairDistError):
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__
+    return exc
+
+
+def _graph_counts():
+    """{graph: (captures, replays, recaptures)} summed over the graph's keys."""
+    out = {}
+    for graph, keys in torchair.capture_report().items():
+        out[graph] = tuple(sum(k[f] for k in keys.values())
+                           for f in ("captures", "replays", "recaptures"))
+    return out
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.up = torch.nn.Linear(8, 16)
+        self.down = torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x))) + x
+
+
+def test_results_equal_eager_and_one_capture_then_replays():
+    model = Mlp().eval()
+    opt = torch.compile(model, backend="npugraph_ex", fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        for i in range(4):
+            x = torch.randn(2, 8)
+            assert torch.equal(opt(x), model(x))
+    assert list(_graph_counts().values()) == [(1, 3, 0)]
+
+
+def test_a_new_shape_captures_again_capture_limit_stops_capturing():
+    model = Mlp().eval()
+    opt = torch.compile(model, backend="npugraph_ex", fullgraph=True, dynamic=True,
+                        options={"capture_limit": 2})
+    with torch.no_grad(), pytest.warns(UserWarning, match="static_capture_size_limit"):
+        for n in (2, 3, 2, 4, 3):
+            x = torch.randn(n, 8)
+            assert torch.allclose(opt(x), model(x), atol=1e-6)
+    # sizes 2 and 3 are captured, the second 2 replays; 4 is past the limit: from then on the
+    # graph runs without capture (as TorchAir falls back to eager)
+    assert list(_graph_counts().values()) == [(2, 1, 0)]
+    keys = next(iter(torchair.capture_report().values()))
+    assert sum(k.get("capture_limit", 0) for k in keys.values()) == 1
+
+
+def test_input_mutation_is_written_back_every_replay():
+    def f(cache, x):
+        cache.add_(x)
+        return cache * 2
+
+    opt = torch.compile(f, backend="npugraph_ex", fullgraph=True, dynamic=False)
+    cache, ref = torch.zeros(4), torch.zeros(4)
+    for _ in range(3):
+        x = torch.randn(4)
+        assert torch.equal(opt(cache, x), f(ref, x))
+        assert torch.equal(cache, ref)
+    assert list(_graph_counts().values()) == [(1, 2, 0)]
+
+
+def test_custom_op_mutating_an_argument_equals_eager():
+    # Failed before: "no rule registered for HigherOrderOperator auto_functionalized_v2".
+    w = torch.randn(4, 4)
+
+    def step(cache, slots, x):
+        torch.ops.ta_compat.scatter_kv(cache, slots, x @ w)
+        return cache.sum(0)
+
+    opt = torch.compile(step, backend="npugraph_ex", fullgraph=True, dynamic=False)
+    cache, ref = torch.zeros(8, 4), torch.zeros(8, 4)
+    for slots in ([1, 3], [0, 5], [7, 2]):
+        s, x = torch.tensor(slots), torch.randn(2, 4)
+        assert torch.equal(opt(cache, s, x), step(ref, s, x))
+        assert torch.equal(cache, ref)
+    assert list(_graph_counts().values()) == [(1, 2, 0)]
+
+
+def test_custom_op_mutation_under_a_side_stream_equals_eager():
+    def step(cache, slots, x):
+        y = x * 2
+        with torchair.scope.npu_stream_switch("kv", 0):
+            torchair.scope.npu_wait_tensor(cache, y)
+            torch.ops.ta_compat.scatter_kv(cache, slots, y)
+        return cache + 1
+
+    opt = torch.compile(step, backend="npugraph_ex", fullgraph=True, dynamic=False)
+    cache, ref = torch.zeros(6, 3), torch.zeros(6, 3)
+    for slots in ([0, 4], [1, 2]):
+        s, x = torch.tensor(slots), torch.randn(2, 3)
+        assert torch.equal(opt(cache, s, x), step(ref, s, x))
+        assert torch.equal(cache, ref)
+
+
+def test_post_grad_passes_are_called_as_torchair_calls_them():
+    calls = []
+
+    def pre(gm, example_inputs, config):
+        calls.append(("pre", isinstance(gm, torch.fx.GraphModule), len(example_inputs),
+                      config.mode.value))
+        for node in gm.graph.nodes:  # relu -> sigmoid: the pass really edits the graph
+            if node.target is torch.ops.aten.relu.default:
+                node.target = torch.ops.aten.sigmoid.default
+
+    def post(gm, example_inputs, config):
+        calls.append(("post", isinstance(gm, torch.fx.GraphModule), len(example_inputs),
+                      config.mode.value))
+
+    def f(x):
+        return torch.relu(x) + 1
+
+    opt = torch.compile(f, backend="npugraph_ex", fullgraph=True, dynamic=False,
+                        options={"post_grad_custom_pre_pass": pre,
+                                 "post_grad_custom_post_pass": post})
+    x = torch.randn(5)
+    assert torch.equal(opt(x), torch.sigmoid(x) + 1)
+    assert calls == [("pre", True, 1, "npugraph_ex"), ("post", True, 1, "npugraph_ex")]
+
+
+def test_one_argument_post_grad_pass_still_gets_the_graph_with_a_warning(caplog):
+    seen = []
+
+    def old_style(graph):
+        seen.append(type(graph).__name__)
+
+    cfg = torchair.CompilerConfig()
+    cfg.mode = "npugraph_ex"
+    cfg.post_grad_custom_post_pass = old_style
+    opt = torch.compile(lambda x: x + 1, backend=torchair.get_npu_backend(compiler_config=cfg))
+    with caplog.at_level("WARNING", logger="torchair_dist"):
+        assert torch.equal(opt(torch.ones(2)), torch.full((2,), 2.0))
+    assert seen == ["Graph"]
+    assert any("takes one argument" in r.getMessage() for r in caplog.records)
+
+
+def test_deadlock_check_option_is_accepted_and_runs_the_check():
+    def f(x):
+        with torchair.scope.npu_stream_switch("s1"):
+            y = torch.relu(x)
+        return y + x
+
+    with compiler.record_graphs(after="deadlock_check") as graphs:
+        opt = torch.compile(f, backend="npugraph_ex", options={"deadlock_check": True},
+                            dynamic=False)
+        x = torch.randn(3, 3)
+        assert torch.equal(opt(x), f(x))
+    assert len(graphs) == 1  # the deadlock_check stage ran on the graph
+
+
+def test_compile_fx_in_a_custom_backend():
+    seen = []
+
+    def backend(gm, example_inputs):
+        def fw(g, ex):
+            seen.append(len(ex))
+            return torchair.compile_fx(g, ex, options={"remove_noop_ops": False,
+                                                       "clone_input": False})
+        return aot_module_simplified(gm, example_inputs, fw_compiler=fw)
+
+    def f(a, b):
+        return torch.matmul(a.transpose(0, 1), b).transpose(0, 1)
+
+    opt = torch.compile(f, backend=backend, fullgraph=True, dynamic=False)
+    a, b = torch.randn(4, 3), torch.randn(4, 5)
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(opt(a, b), f(a, b))
+    assert seen == [2]
+    assert list(_graph_counts().values()) == [(1, 1, 0)]
+
+
+def test_unknown_option_key_names_it():
+    opt = torch.compile(lambda x: x + 1, backend="npugraph_ex", options={"no_such_key": 1})
+    with pytest.raises(Exception) as err:
+        opt(torch.ones(2))
+    assert isinstance(_ours(err.value), ConfigError) and "no_such_key" in str(_ours(err.value))
+
+
+def test_wrong_option_value_is_a_config_error():
+    with pytest.raises(Exception) as err:
+        torch.compile(lambda x: x + 1, backend="npugraph_ex",
+                      options={"inplace_pass": "yes"})(torch.ones(2))
+    assert isinstance(_ours(err.value), ConfigError) and "inplace_pass" in str(_ours(err.value))
+
+
+def test_force_eager_runs_without_capture():
+    model = Mlp().eval()
+    opt = torch.compile(model, backend="npugraph_ex", options={"force_eager": True})
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        assert torch.equal(opt(x), model(x))
+    assert _graph_counts() == {}
