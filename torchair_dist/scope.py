@@ -5,9 +5,10 @@
 * ``super_kernel``, ``limit_core_num``, ``op_never_timeout``, ``data_dump``: Ascend-only
   per-op attributes. Each is a ``torch.fx.traceback.annotate`` scope with TorchAir's
   attribute keys, so every op traced inside it carries them in ``node.meta["custom"]`` of the
-  AOT graph (Dynamo and AOT autograd propagate annotations; scopes nest). Nothing here consumes
-  them: the ``scope_attrs`` pipeline stage (:func:`report_scope_attrs`) warns once per key,
-  naming it, when a compiled graph carries one. Eagerly the scopes do nothing.
+  AOT graph (Dynamo and AOT autograd propagate annotations; scopes nest). The GE mode writes
+  them as string attributes on the node's GE ops (where CANN reads them on Ascend); nothing
+  else consumes them, so the ``scope_attrs`` pipeline stage (:func:`report_scope_attrs`) warns
+  once per scope, naming it, unless the graph goes to GE on Ascend. Eagerly they do nothing.
 """
 from __future__ import annotations
 
@@ -94,7 +95,12 @@ def scope_attrs(gm: torch.fx.GraphModule) -> Dict[str, Dict[str, set]]:
 
 def report_scope_attrs(gm: torch.fx.GraphModule, example_inputs, config):
     """Pipeline stage: warn once per scope that a graph carries an attribute nothing here
-    acts on (the graph is unchanged; the attributes stay in ``node.meta["custom"]``)."""
+    acts on (the graph is unchanged; the attributes stay in ``node.meta["custom"]``). The GE
+    mode on Ascend hands them to CANN: no warning there."""
+    from . import platform
+
+    if config.mode.raw == "max-autotune" and platform.current().name == "npu":
+        return gm
     for scope in scope_attrs(gm):
         if scope not in _warned:
             _warned.add(scope)

@@ -159,3 +159,25 @@ def test_register_replacement_rewrites_the_graph_unless_pattern_passes_are_off(
     targets = {n.target for n in graphs[0].gm.graph.nodes if n.op == "call_function"}
     assert (torch.ops.aten.clamp_min.default in targets) is on
     assert (torch.ops.aten.relu.default in targets) is not on
+
+
+def test_ge_mode_writes_scope_attributes_on_the_ge_ops(monkeypatch):
+    import torchair_dist.backends.ge as ge_backend
+
+    seen, convert = [], ge_backend.convert_graph
+    monkeypatch.setattr(ge_backend, "convert_graph",
+                        lambda *a, **k: seen.append(convert(*a, **k)) or seen[-1])
+
+    def f(x):
+        y = x + 1
+        with torchair.scope.limit_core_num(2, 3):
+            z = y * 2
+        return z
+
+    opt = torch.compile(f, backend=torchair.get_npu_backend(), fullgraph=True, dynamic=False)
+    x = torch.randn(4)
+    assert torch.equal(opt(x), f(x))
+    ops = {op.type: op for op in seen[0].model.graph[0].op}
+    assert ops["Mul"].attr["_op_aicore_num"].s == b"2"
+    assert ops["Mul"].attr["_op_vectorcore_num"].s == b"3"
+    assert "_op_aicore_num" not in ops["Add"].attr

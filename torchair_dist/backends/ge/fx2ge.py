@@ -9,7 +9,8 @@ import torch
 from torch.fx.node import map_aggregate
 
 from ...errors import UnsupportedOpError
-from .builder import GraphBuilder, TensorRef
+from ...scope import SCOPE_KEYS
+from .builder import GraphBuilder, TensorRef, set_attr
 from .converters import lookup, target_key
 from .converters.aten_update import check_planned, plan_inplace
 from .converters.context import ConvertContext, meta_desc
@@ -147,6 +148,7 @@ def _convert(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name
                                    lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
             env[node] = lookup(node.target).fn(cx, *args, **kwargs)
             op_nodes.update((op.name, node.name) for op in b.graph.op[first:])
+            _scope_attrs(node, b.graph.op[first:])
             cx.node = None
         elif node.op == "output":
             outputs = _outputs(node.args[0], env)
@@ -167,6 +169,19 @@ def _convert(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name
     fx_nodes = {n.name: n.format_node() for n in gm.graph.nodes}
     return ConvertedGraph(b.model(graph_name), inputs, mapped, mutations, gm.code, fx_nodes,
                           op_nodes, _module_stacks(gm))
+
+
+def _scope_attrs(node: torch.fx.Node, ops) -> None:
+    """TorchAir's scope attributes (``torchair_dist.scope``: super_kernel, limit_core_num,
+    op_never_timeout, data_dump) on the node become string attributes of its GE ops, where
+    CANN reads them."""
+    custom = node.meta.get("custom")
+    if not custom:
+        return
+    for key, value in custom.items():
+        if key in SCOPE_KEYS:
+            for op in ops:
+                set_attr(op.attr[key], str(value))
 
 
 def _module_stacks(gm: torch.fx.GraphModule) -> Dict[str, List[List[str]]]:
