@@ -1,0 +1,139 @@
+"""``torchair.inference.cache_compile`` as TorchAir documents it: ``model.forward =
+cache_compile(model.forward, ...)``, save on the first process, load (no compile) on the next,
+results equal eager; dataclass arguments; a KV cache kept in a plain list attribute;
+``dynamic=True`` (TorchAir's default); ``readable_cache``; ``set_dim_gears``."""
+import dataclasses
+import glob
+import logging
+import os
+
+import pytest
+import torch
+
+import torchair_dist as torchair
+from torchair_dist.errors import ConfigError
+
+
+@dataclasses.dataclass
+class Meta:
+    positions: torch.Tensor
+    scale: float
+
+
+class Decoder(torch.nn.Module):
+    """A decode step with its KV cache in a list attribute and a dataclass argument."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = torch.nn.Linear(4, 4)
+        self.kv_caches = [torch.zeros(8, 4), torch.zeros(8, 4)]
+
+    def forward(self, x, meta: Meta):
+        h = self.proj(x) * meta.scale
+        self.kv_caches[0].index_copy_(0, meta.positions, h)
+        self.kv_caches[1].index_copy_(0, meta.positions, h * 2)
+        return self.kv_caches[0].sum(0) + self.kv_caches[1].sum(0)
+
+
+def _cfg(mode="npugraph_ex"):
+    cfg = torchair.CompilerConfig()
+    cfg.mode = mode
+    return cfg
+
+
+def _entries(cache_dir):
+    return glob.glob(os.path.join(cache_dir, "**", "entry-*.json"), recursive=True)
+
+
+def _fresh_process():
+    """What a new process starts from: no Dynamo cache."""
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("mode", ["npugraph_ex", "max-autotune"])
+def test_forward_assigned_saved_then_loaded_with_dataclass_and_list_cache(tmp_path, mode):
+    cache_dir = str(tmp_path / "cache")
+    ref = Decoder().eval()
+    model = Decoder().eval()
+    model.forward = torchair.inference.cache_compile(model.forward, config=_cfg(mode),
+                                                     cache_dir=cache_dir, dynamic=False)
+    calls = [(torch.randn(2, 4), Meta(torch.tensor(p), 0.5)) for p in ([0, 3], [5, 1], [2, 7])]
+    with torch.no_grad():
+        for x, meta in calls[:2]:
+            assert torch.equal(model(x, meta), ref(x, meta))
+            assert all(torch.equal(a, b) for a, b in zip(model.kv_caches, ref.kv_caches))
+    assert model.forward.last_source in ("compiled", "memory")
+    assert len(_entries(cache_dir)) == 1  # saved: the dataclass and the list cache are inputs
+
+    _fresh_process()
+    again = Decoder().eval()
+    again.kv_caches = [t.clone() for t in model.kv_caches]
+    again.forward = torchair.inference.cache_compile(again.forward, config=_cfg(mode),
+                                                     cache_dir=cache_dir, dynamic=False)
+    x, meta = calls[2]
+    with torch.no_grad():
+        out = again(x, meta)
+        assert again.forward.last_source == "cache"
+        assert torch.equal(out, ref(x, meta))
+        assert all(torch.equal(a, b) for a, b in zip(again.kv_caches, ref.kv_caches))
+    assert again.forward.rejections == []
+
+
+def test_a_different_dataclass_shape_is_another_entry(tmp_path):
+    cache_dir = str(tmp_path / "cache")
+    model, ref = Decoder().eval(), Decoder().eval()
+    fn = torchair.inference.cache_compile(model.forward, config=_cfg(), cache_dir=cache_dir,
+                                          dynamic=False)
+    with torch.no_grad():
+        for n in (2, 3):
+            x, meta = torch.randn(n, 4), Meta(torch.arange(n), 1.0)
+            assert torch.equal(fn(x, meta), ref(x, meta))
+            assert fn.last_source == "compiled"
+    assert len(_entries(cache_dir)) == 2
+
+
+def test_dynamic_true_is_accepted_with_a_warning_and_caches(tmp_path, caplog):
+    cache_dir = str(tmp_path / "cache")
+    model, ref = Decoder().eval(), Decoder().eval()
+    with caplog.at_level(logging.WARNING, "torchair_dist"):
+        fn = torchair.inference.cache_compile(model.forward, config=_cfg(),
+                                              cache_dir=cache_dir, dynamic=True)
+    assert any("dynamic=True" in r.getMessage() for r in caplog.records)
+    x, meta = torch.randn(2, 4), Meta(torch.tensor([1, 4]), 2.0)
+    with torch.no_grad():
+        assert torch.equal(fn(x, meta), ref(x, meta))
+    assert len(_entries(cache_dir)) == 1
+    with pytest.raises(ConfigError, match="dynamic"):
+        torchair.inference.cache_compile(model.forward, dynamic="yes")
+
+
+def test_readable_cache_shows_the_stored_graph(tmp_path, capsys):
+    cache_dir = str(tmp_path / "cache")
+    model = Decoder().eval()
+    fn = torchair.inference.cache_compile(model.forward, config=_cfg(), cache_dir=cache_dir)
+    with torch.no_grad():
+        fn(torch.randn(2, 4), Meta(torch.tensor([0, 1]), 1.0))
+    entry, = _entries(cache_dir)
+    out_file = str(tmp_path / "readable.txt")
+    text = torchair.inference.readable_cache(entry, file=out_file)
+    assert "index_copy" in text and "def forward" in text
+    assert capsys.readouterr().out.strip() == text.strip()
+    assert open(out_file).read() == text
+    with pytest.raises(ConfigError, match="not a torchair_dist cache entry"):
+        bad = tmp_path / "bad.json"
+        bad.write_text("[]")
+        torchair.inference.readable_cache(str(bad))
+
+
+def test_set_dim_gears_marks_the_dims_dynamic_and_checks_them(caplog):
+    x = torch.randn(4, 8)
+    with caplog.at_level(logging.WARNING, "torchair_dist"):
+        torchair.inference.set_dim_gears(x, {0: [2, 4, 8]})
+    assert x._dynamo_dynamic_indices == {0}
+    assert x._torchair_dim_gears == {0: [2, 4, 8]}
+    assert any("set_dim_gears" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ConfigError, match="dim 5"):
+        torchair.inference.set_dim_gears(x, {5: [1]})
+    with pytest.raises(ConfigError, match="positive ints"):
+        torchair.inference.set_dim_gears(x, {1: []})
