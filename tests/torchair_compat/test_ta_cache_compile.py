@@ -137,3 +137,54 @@ def test_set_dim_gears_marks_the_dims_dynamic_and_checks_them(caplog):
         torchair.inference.set_dim_gears(x, {5: [1]})
     with pytest.raises(ConfigError, match="positive ints"):
         torchair.inference.set_dim_gears(x, {1: []})
+
+
+class Plain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.proj(x))
+
+
+class WithMeta(Plain):
+    def forward(self, x, meta: Meta):
+        return self.proj(x)[meta.positions] * meta.scale
+
+
+class WithListCache(Plain):
+    def __init__(self):
+        super().__init__()
+        self.caches = [torch.zeros(8, 4)]
+
+    def forward(self, x, positions):
+        self.caches[0].index_copy_(0, positions, self.proj(x))
+        return self.caches[0].sum(0)
+
+
+# One fix each (each failed before it): the method is taken when cache_compile is called; a
+# dataclass argument's tensors are call inputs; a tensor in a list attribute is module state.
+@pytest.mark.parametrize("case", ["forward_assigned", "dataclass_arg", "list_attribute"])
+def test_each_fix_alone_saves_an_entry(tmp_path, case):
+    cache_dir = str(tmp_path / "cache")
+    x = torch.randn(2, 4)
+    if case == "forward_assigned":
+        model, ref, args = Plain().eval(), Plain().eval(), (x,)
+        model.forward = torchair.inference.cache_compile(model.forward, config=_cfg(),
+                                                         cache_dir=cache_dir, dynamic=False)
+        fn = model.forward
+        run = model
+    elif case == "dataclass_arg":
+        model, ref, args = WithMeta().eval(), WithMeta().eval(), (x, Meta(torch.tensor([1]), 3.0))
+        fn = run = torchair.inference.cache_compile(model.forward, config=_cfg(),
+                                                    cache_dir=cache_dir, dynamic=False)
+    else:
+        model, ref, args = WithListCache().eval(), WithListCache().eval(), (x, torch.tensor([2, 6]))
+        fn = run = torchair.inference.cache_compile(model.forward, config=_cfg(),
+                                                    cache_dir=cache_dir, dynamic=False)
+    with torch.no_grad():
+        assert torch.equal(run(*args), ref(*args))
+    assert fn.last_source == "compiled"
+    assert len(_entries(cache_dir)) == 1
