@@ -39,7 +39,7 @@ LEVELS = {
     "torchair_dist.aot_direct": 4,
     "torchair_dist.backend": 5,
     "torchair_dist.export": 6, "torchair_dist.cache.": 6, "torchair_dist.docs": 6,
-    "torchair_dist.inference": 6, "torchair_dist.compat": 6,
+    "torchair_dist.inference": 6, "torchair_dist.compat": 6, "torchair_dist.torchair_surface": 6,
     "torchair_dist": 7,  # the package's __init__ only: the public API
 }
 

@@ -182,12 +182,12 @@ def _check_arguments(**given) -> None:
                           f"{type(given['backend']).__name__}")
 
 
-def cache_compile(method, *, config=None, backend=None, dynamic: bool = False,
+def cache_compile(func, *, config=None, backend=None, dynamic: bool = False,
                   cache_dir: Optional[str] = None, global_rank: Optional[int] = None,
                   tp_rank: Optional[int] = None, pp_rank: Optional[int] = None,
                   custom_decompositions: Optional[Dict] = None,
                   ge_cache: bool = False) -> CacheCompiledFunction:
-    """Compile ``method`` (a bound method of an ``nn.Module``, or a module: its ``forward``)
+    """Compile ``func`` (a bound method of an ``nn.Module``, or a module: its ``forward``)
     with our backend, caching what this rank compiled under ``cache_dir``.
 
     The first call in a process loads a verified entry for the call's input signature, or
@@ -204,10 +204,11 @@ def cache_compile(method, *, config=None, backend=None, dynamic: bool = False,
     _check_arguments(config=config, backend=backend, dynamic=dynamic, cache_dir=cache_dir,
                      global_rank=global_rank, tp_rank=tp_rank, pp_rank=pp_rank,
                      custom_decompositions=custom_decompositions, ge_cache=ge_cache)
+    method = func  # TorchAir's parameter name
     if isinstance(method, torch.nn.Module):
-        module, func_name, bound = method, "forward", method.forward
+        module, func_name, target = method, "forward", method.forward
     elif inspect.ismethod(method) and isinstance(method.__self__, torch.nn.Module):
-        module, func_name, bound = method.__self__, method.__func__.__name__, method
+        module, func_name, target = method.__self__, method.__func__.__name__, method
     else:
         raise ConfigError(f"cache_compile needs a method of a torch.nn.Module (or a module), "
                           f"got {type(method).__name__}")
@@ -228,12 +229,10 @@ def cache_compile(method, *, config=None, backend=None, dynamic: bool = False,
     else:
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
     rank_dir = rank_dir_name(world, global_rank, tp_rank, pp_rank)
-    if not isinstance(dynamic, bool):
-        raise ConfigError(f"cache_compile: dynamic must be a bool, got {dynamic!r}")
     if dynamic:
         log.warning("cache_compile(dynamic=True): entries here are static, one per input "
                     "signature (each new shape compiles once and is saved, then loads); pass "
                     "dynamic=False to silence this warning")
     return CacheCompiledFunction(module, func_name, config, decompositions,
-                                 cache_root(cache_dir), rank_dir, method=bound,
+                                 cache_root(cache_dir), rank_dir, method=target,
                                  dynamic=dynamic)
