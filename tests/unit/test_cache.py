@@ -331,8 +331,8 @@ def test_api_errors(tmp_path):
     with pytest.raises(ConfigError, match="method of a torch.nn.Module"):
         torchair_dist.cache_compile(lambda x: x)
     net = Net()
-    with pytest.raises(ConfigError, match="dynamic"):
-        torchair_dist.cache_compile(net.forward, dynamic=True)
+    with pytest.raises(ConfigError, match="dynamic"):  # dynamic=True is accepted (TorchAir's)
+        torchair_dist.cache_compile(net.forward, dynamic=1)
     cfg, other = torchair_dist.CompilerConfig(), torchair_dist.CompilerConfig()
     other.mode = "npugraph_ex"
     with pytest.raises(ConfigError, match="same config"):
