@@ -161,18 +161,40 @@ def test_one_argument_post_grad_pass_still_gets_the_graph_with_a_warning(caplog)
     assert any("takes one argument" in r.getMessage() for r in caplog.records)
 
 
-def test_deadlock_check_option_is_accepted_and_runs_the_check():
-    def f(x):
-        with torchair.scope.npu_stream_switch("s1"):
-            y = torch.relu(x)
-        return y + x
+@pytest.fixture
+def one_rank_group(tmp_path):
+    import torch.distributed as dist
 
-    with compiler.record_graphs(after="deadlock_check") as graphs:
-        opt = torch.compile(f, backend="npugraph_ex", options={"deadlock_check": True},
-                            dynamic=False)
-        x = torch.randn(3, 3)
-        assert torch.equal(opt(x), f(x))
-    assert len(graphs) == 1  # the deadlock_check stage ran on the graph
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0,
+                            world_size=1)
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_deadlock_check_option_names_unordered_collectives_on_two_streams(one_rank_group,
+                                                                          check):
+    import warnings
+
+    import torch.distributed as dist
+
+    def f(x):
+        with torchair.scope.npu_stream_switch("comm_a"):
+            a = x * 2
+            dist.all_reduce(a)
+        with torchair.scope.npu_stream_switch("comm_b"):
+            b = x + 1
+            dist.all_reduce(b)
+        return a + b
+
+    opt = torch.compile(f, backend="npugraph_ex", options={"deadlock_check": check},
+                        dynamic=False)
+    x = torch.randn(3, 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert torch.equal(opt(x), f(x.clone()))
+    named = [w for w in caught if "deadlock_check" in str(w.message)]
+    assert bool(named) is check
 
 
 def test_compile_fx_in_a_custom_backend():
