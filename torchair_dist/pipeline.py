@@ -140,6 +140,9 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("custom_post_pass", "torchair_dist.passes.common:custom_post_pass", "aot-pass",
           "the user's post_grad_custom_post_pass(gm, example_inputs, config)", gate="post_grad_custom_post_pass",
           runs_when=_is_set),
+    Stage("scope_ops", "torchair_dist.streams.scope_ops:lower_scope_ops", "aot-pass",
+          "TorchAir's scope_enter/scope_exit ops (a user pass's) -> stream switches "
+          "(_user_stream_label) or node.meta['custom'] attributes"),
     Stage("overlap", "torchair_dist.passes.overlap:schedule_overlap", "aot-pass",
           "issue collectives early, wait late (never reorders two collectives)",
           gate="distributed_config.overlap_collectives"),
@@ -239,7 +242,8 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
 )}
 
 _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
-          "remove_copy_into_empty", "user_patterns", "scope_attrs", "view_to_reshape", "collapse_view_chains", "custom_post_pass")
+          "remove_copy_into_empty", "user_patterns", "view_to_reshape", "collapse_view_chains",
+          "custom_post_pass", "scope_ops", "scope_attrs")
 _SPLIT = _ENTRY.index("view_to_reshape")  # ACL modes fuse patterns before view -> reshape
 _ACL = _ENTRY[:_SPLIT] + ("pattern_fusion",) + _ENTRY[_SPLIT:] + (
     "overlap", "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "validate",

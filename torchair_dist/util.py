@@ -120,6 +120,8 @@ PROCESS_STATE = {
     "torchair_dist.util:_resetters": "the functions torch._dynamo.reset() calls",
     "torchair_dist.passes.common:_warned_graph_only": "warn once per process",
     "torchair_dist.scope:_warned": "warn once per process",
+    "torchair_dist.streams.scope_ops:_libs": "the torch.library fragments defining TorchAir's "
+                                             "scope ops, kept alive for the process",
 }
 
 

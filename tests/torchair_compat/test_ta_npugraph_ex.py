@@ -240,3 +240,53 @@ def test_force_eager_runs_without_capture():
     with torch.no_grad():
         assert torch.equal(opt(x), model(x))
     assert _graph_counts() == {}
+
+
+@pytest.mark.parametrize("ns", ["air", "npugraph_ex"])
+def test_user_passes_mark_stream_scopes_with_torchairs_scope_ops(ns):
+    import torchair_dist.streams.scope_ops  # noqa: F401 - defines the ops (also at import)
+
+    enter = getattr(torch.ops, ns).scope_enter.default
+    leave = getattr(torch.ops, ns).scope_exit.default
+    aten = torch.ops.aten
+
+    def pre(gm, example_inputs, config):  # sqrt .. add on stream0
+        g = gm.graph
+        for node in list(g.nodes):
+            if node.target is aten.sqrt.default:
+                with g.inserting_before(node):
+                    g.call_function(enter, (["_user_stream_label"], ["stream0"]))
+            if node.target is aten.add.Tensor:
+                with g.inserting_after(node):
+                    g.call_function(leave, ())
+
+    def post(gm, example_inputs, config):  # abs carries an attribute
+        g = gm.graph
+        for node in list(g.nodes):
+            if node.target is aten.abs.default:
+                with g.inserting_before(node):
+                    g.call_function(enter, (["_op_aicore_num"], ["6"]))
+                with g.inserting_after(node):
+                    g.call_function(leave, ())
+
+    def f(x, y):
+        a = torch.sqrt(x)
+        b = torch.add(a, y)
+        return torch.abs(b) * 2
+
+    with compiler.record_graphs() as graphs:
+        opt = torch.compile(f, backend="npugraph_ex", fullgraph=True, dynamic=False,
+                            options={"post_grad_custom_pre_pass": pre,
+                                     "post_grad_custom_post_pass": post})
+        x, y = torch.rand(4, 4), torch.randn(4, 4)
+        assert torch.equal(opt(x, y), f(x, y))
+    nodes = [n for n in graphs[0].gm.graph.nodes if n.op == "call_function"]
+    names = [n.target.name() for n in nodes]
+    assert not any("scope_" in n for n in names)
+    streams = torchair.streams.ops
+    assert [n.args for n in nodes if n.target is streams.stream_enter.default] == [("stream0", 0)]
+    assert names.index("torchair_dist_streams::stream_enter") < names.index("aten::sqrt") \
+        < names.index("aten::add.Tensor") < names.index("torchair_dist_streams::stream_exit")
+    assert names[0] == "torchair_dist_streams::fork" and names[-1] == "torchair_dist_streams::join"
+    abs_node = next(n for n in nodes if n.target is aten.abs.default)
+    assert abs_node.meta["custom"] == {"_op_aicore_num": "6"}

@@ -1,0 +1,118 @@
+"""TorchAir's scope ops, for post-grad passes written against TorchAir.
+
+A TorchAir pass marks a region of the AOT graph by inserting
+``torch.ops.air.scope_enter(keys, values)`` ... ``torch.ops.air.scope_exit()`` (npugraph_ex:
+``torch.ops.npugraph_ex.scope_enter`` / ``scope_exit``). Both namespaces are defined here
+(unless TorchAir itself already defined them; the lowering matches them by name), and the
+``scope_ops`` pipeline stage (:func:`lower_scope_ops`, after the user's post pass) lowers them:
+
+* a scope whose keys hold ``_user_stream_label`` (what ``npu_stream_switch`` writes, with
+  ``_user_stream_priority``) becomes ``stream_enter(label, priority)`` / ``stream_exit(label)``
+  of :mod:`.ops`, and the graph forks the side streams after its inputs and joins them before
+  its output, as :func:`.rewrite.rewrite_streams` does;
+* any other key/value pair goes to ``node.meta["custom"]`` of every op inside the scope (where
+  ``torchair_dist.scope``'s annotations put them), and the scope ops are removed.
+
+Requires: node order is the execution order. Guarantees: no scope op is left; scopes are
+balanced (else ``GraphValidationError`` naming the node).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+import torch
+from torch.fx import has_side_effect
+
+from ..errors import GraphValidationError
+from .ops import ops
+from .rewrite import where
+
+NAMESPACES = ("air", "npugraph_ex")
+_libs = []
+
+
+def _nothing(*args, **kwargs) -> None:
+    return None
+
+
+def _define() -> None:
+    for ns in NAMESPACES:
+        packet = getattr(torch.ops, ns)
+        lib = torch.library.Library(ns, "FRAGMENT")
+        _libs.append(lib)
+        for name, schema in (("scope_enter", "scope_enter(str[] keys, str[] values) -> ()"),
+                             ("scope_exit", "scope_exit() -> ()")):
+            if not hasattr(packet, name):
+                lib.define(schema)
+                lib.impl(name, _nothing, "CompositeExplicitAutograd")
+                lib.impl(name, _nothing, "Meta")
+            has_side_effect(getattr(packet, name).default)
+
+
+_define()
+
+
+def _kind(node: torch.fx.Node) -> str:
+    """"enter" / "exit" for a scope op (either namespace), else ""."""
+    if node.op != "call_function":
+        return ""
+    name = getattr(node.target, "name", lambda: "")()
+    for ns in NAMESPACES:
+        if name in (f"{ns}::scope_enter", f"{ns}::scope_exit"):
+            return name.split("_")[-1]
+    return ""
+
+
+def lower_scope_ops(gm: torch.fx.GraphModule, example_inputs, config):
+    """Pipeline stage: see the module docstring."""
+    graph = gm.graph
+    if not any(_kind(n) for n in graph.nodes):
+        return gm
+    stack: List[Tuple[str, object, torch.fx.Node]] = []   # ("stream", label) | ("attrs", dict)
+    side: List[str] = []
+    for node in list(graph.nodes):
+        kind = _kind(node)
+        if kind == "enter":
+            keys, values = list(node.args[0]), [str(v) for v in node.args[1]]
+            if len(keys) != len(values):
+                raise GraphValidationError(f"scope_enter at {where(node)}: {len(keys)} keys "
+                                           f"but {len(values)} values")
+            attrs: Dict[str, str] = dict(zip(keys, values))
+            label = attrs.pop("_user_stream_label", None)
+            if label is not None:
+                priority = int(attrs.pop("_user_stream_priority", "0") or 0)
+                attrs.pop("_enable_inner_parallel", None)
+                with graph.inserting_before(node):
+                    graph.call_function(ops.stream_enter.default, (label, priority))
+                if label not in side:
+                    side.append(label)
+            stack.append(("stream" if label is not None else "attrs",
+                          (label, attrs), node))
+            graph.erase_node(node)
+        elif kind == "exit":
+            if not stack:
+                raise GraphValidationError(f"scope_exit at {where(node)} has no open scope")
+            what, (label, _), _ = stack.pop()
+            if what == "stream":
+                with graph.inserting_before(node):
+                    graph.call_function(ops.stream_exit.default, (label,))
+            graph.erase_node(node)
+        elif node.op == "call_function" and stack:
+            merged: Dict[str, str] = {}
+            for _, (_, attrs), _ in stack:
+                merged.update(attrs)
+            if merged:
+                node.meta["custom"] = {**(node.meta.get("custom") or {}), **merged}
+    if stack:
+        raise GraphValidationError(f"scope_enter at {where(stack[-1][2])} is never exited")
+    if side:
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        output = next(n for n in reversed(graph.nodes) if n.op == "output")
+        first = placeholders[-1].next if placeholders else next(iter(graph.nodes))
+        with graph.inserting_before(first):
+            graph.call_function(ops.fork.default, (list(side),))
+        with graph.inserting_before(output):
+            graph.call_function(ops.join.default, (list(side),))
+    graph.lint()
+    gm.recompile()
+    return gm
