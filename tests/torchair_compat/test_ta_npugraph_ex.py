@@ -290,3 +290,34 @@ def test_user_passes_mark_stream_scopes_with_torchairs_scope_ops(ns):
     assert names[0] == "torchair_dist_streams::fork" and names[-1] == "torchair_dist_streams::join"
     abs_node = next(n for n in nodes if n.target is aten.abs.default)
     assert abs_node.meta["custom"] == {"_op_aicore_num": "6"}
+
+
+@pytest.mark.parametrize("clone_output", [True, False])
+def test_clone_output_gives_each_call_its_own_output(clone_output):
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return torch.add(x, x)
+
+    opt = torch.compile(Model(), backend="npugraph_ex", fullgraph=True, dynamic=False,
+                        options={"clone_output": clone_output})
+    x = torch.randn(4, 4)
+    first = opt(x)
+    second = opt(x)
+    same = first.untyped_storage().data_ptr() == second.untyped_storage().data_ptr()
+    assert same is not clone_output  # off: the captured output tensor is returned each time
+    assert torch.equal(second, x + x)
+    if clone_output:
+        assert torch.equal(first, x + x)
+
+
+def test_a_parameter_given_new_storage_is_recaptured():
+    lin = torch.nn.Linear(4, 4).eval()
+    opt = torch.compile(lin, backend="npugraph_ex", fullgraph=True, dynamic=False)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        assert torch.equal(opt(x), lin(x))
+        assert torch.equal(opt(x), lin(x))
+        lin.weight.data = torch.ones(4, 4)   # what TorchAir's smoke tests do to a parameter
+        assert torch.equal(opt(x), lin(x))
+        assert torch.equal(opt(x), lin(x))
+    assert list(_graph_counts().values()) == [(2, 2, 1)]
