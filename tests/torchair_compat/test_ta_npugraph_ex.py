@@ -321,3 +321,24 @@ def test_a_parameter_given_new_storage_is_recaptured():
         assert torch.equal(opt(x), lin(x))
         assert torch.equal(opt(x), lin(x))
     assert list(_graph_counts().values()) == [(2, 2, 1)]
+
+
+def test_custom_op_mutating_on_a_side_stream_then_event_wait_equals_eager():
+    # TorchAir's stream_test: a custom op mutates an input on a side stream, an event protects
+    # the main stream's read of it.
+    ev = torchair.ops.npu_create_tagged_event("ta_compat_mut_ev")
+
+    def f(cache, slots, value):
+        with torchair.scope.npu_stream_switch("side"):
+            torch.ops.ta_compat.scatter_kv(cache, slots, value)
+            torchair.ops.npu_tagged_event_record(ev)
+        torchair.ops.npu_tagged_event_wait(ev)
+        return cache + 1
+
+    opt = torch.compile(f, backend="npugraph_ex", fullgraph=True, dynamic=False)
+    cache, ref = torch.zeros(5, 2), torch.zeros(5, 2)
+    for slots in ([0, 2], [4, 1], [3, 0]):
+        s, v = torch.tensor(slots), torch.randn(2, 2)
+        assert torch.equal(opt(cache, s, v), f(ref, s, v))
+        assert torch.equal(cache, ref)
+    assert list(_graph_counts().values()) == [(1, 2, 0)]
