@@ -44,6 +44,13 @@ def register_replacement(search_fn: Callable, replace_fn: Callable,
     return done
 
 
+def clear_replacements() -> None:
+    """Forget every registered pattern (graphs compiled afterwards are not rewritten)."""
+    global _PASS, _count
+    _PASS = _pm.PatternMatcherPass(pass_name="torchair_dist_user_patterns")
+    _count = 0
+
+
 def registered() -> int:
     """How many patterns are registered in this process."""
     return _count

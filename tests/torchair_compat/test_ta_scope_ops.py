@@ -142,8 +142,13 @@ def _replace(x, y):
 
 @pytest.fixture(scope="module")
 def registered_pattern():
+    from torchair_dist import patterns
+
     ex = [torch.empty(4, 4), torch.empty(4, 4)]
     assert torchair.register_replacement(_search, _replace, ex)
+    assert patterns.registered() == 1
+    yield
+    patterns.clear_replacements()  # other test modules in this process compile unchanged
 
 
 @pytest.mark.parametrize("on", [True, False])
@@ -181,3 +186,17 @@ def test_ge_mode_writes_scope_attributes_on_the_ge_ops(monkeypatch):
     assert ops["Mul"].attr["_op_aicore_num"].s == b"2"
     assert ops["Mul"].attr["_op_vectorcore_num"].s == b"3"
     assert "_op_aicore_num" not in ops["Add"].attr
+
+
+def test_cleared_patterns_rewrite_nothing():
+    from torchair_dist import patterns
+
+    patterns.clear_replacements()
+
+    def f(a, b):
+        return torch.relu(a + b)
+
+    with compiler.record_graphs() as graphs:
+        torch.compile(f, backend="npugraph_ex")(torch.randn(2), torch.randn(2))
+    targets = {n.target for n in graphs[0].gm.graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.relu.default in targets

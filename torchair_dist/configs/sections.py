@@ -61,7 +61,8 @@ class DebugConfig(ConfigBase):
         self.fx_summary = FxSummaryConfig()
         self.aclgraph = AclGraphDebugConfig()
         self.run_eagerly = BoolOption(False, "run the FX graph eagerly instead of the backend")
-        self.deadlock_check = BoolOption(False, "check device stream tasks for deadlocks (NPU)")
+        self.deadlock_check = BoolOption(False, "warn about collectives that may run concurrently "
+                                          "on different streams (every platform)")
         self._freeze()
 
 
