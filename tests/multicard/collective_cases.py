@@ -397,7 +397,8 @@ def compile_for(fn, mode, dynamic, graphs, aot_ops, **config_fields):
 
     cfg = torchair_dist.CompilerConfig()
     cfg.mode = mode
-    cfg.post_grad_custom_post_pass = lambda g: aot_ops.append(_collective_ops(g))
+    cfg.post_grad_custom_post_pass = lambda gm, example_inputs, config: aot_ops.append(
+        _collective_ops(gm.graph))  # TorchAir's calling convention
     for path, value in config_fields.items():
         obj = cfg
         *parents, leaf = path.split(".")
