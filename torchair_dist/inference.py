@@ -9,8 +9,10 @@
 """
 from __future__ import annotations
 
+import glob
 import json
 import logging
+import os
 from typing import Dict, List, Optional
 
 import torch
@@ -25,23 +27,34 @@ GEARS_ATTR = "_torchair_dim_gears"
 
 
 def readable_cache(cache_bin: str, print_output: bool = True, file: Optional[str] = None) -> str:
-    """The graph stored in cache entry ``cache_bin`` (an ``entry-*.json`` file) as Python
-    text: its signature, versions and FX code. Printed when ``print_output``; written to
-    ``file`` when given. Reads JSON only (no code of the entry runs)."""
-    with open(cache_bin) as f:
-        data = json.load(f)
-    if not isinstance(data, dict) or "graph" not in data:
-        raise ConfigError(f"readable_cache: {cache_bin} is not a torchair_dist cache entry "
-                          f"(an entry-*.json file of a cache_compile directory)")
-    gm = graph_from_data(data["graph"])
-    text = (f"# signature: {data.get('signature')}\n# versions: {data.get('versions')}\n"
-            f"{gm.code}")
+    """The graphs stored under ``cache_bin`` as Python text: an ``entry-*.json`` file, or a
+    directory of a ``cache_compile`` cache (every entry below it, sorted by path). Each entry
+    shows its signature, versions and FX code. Printed when ``print_output``; written to
+    ``file`` when given. Reads JSON only (no code of an entry runs)."""
+    if os.path.isdir(cache_bin):
+        paths = sorted(glob.glob(os.path.join(cache_bin, "**", "entry-*.json"), recursive=True))
+        if not paths:
+            raise ConfigError(f"readable_cache: no cache entry (entry-*.json) under {cache_bin}")
+    else:
+        paths = [cache_bin]
+    text = "\n".join(_entry_text(p) for p in paths)
     if print_output:
         print(text)
     if file is not None:
         with open(file, "w") as f:
             f.write(text)
     return text
+
+
+def _entry_text(path: str) -> str:
+    with open(path) as f:
+        data = json.load(f)
+    if not isinstance(data, dict) or "graph" not in data:
+        raise ConfigError(f"readable_cache: {path} is not a torchair_dist cache entry "
+                          f"(an entry-*.json file of a cache_compile directory)")
+    gm = graph_from_data(data["graph"])
+    return (f"# entry: {path}\n# signature: {data.get('signature')}\n"
+            f"# versions: {data.get('versions')}\n{gm.code}")
 
 
 def set_dim_gears(t: torch.Tensor, dim_gears: Dict[int, List[int]]) -> None:

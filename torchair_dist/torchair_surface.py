@@ -75,7 +75,8 @@ ROWS: Tuple[Row, ...] = (
                                                "cache_dir", "global_rank", "tp_rank", "pp_rank",
                                                "custom_decompositions", "ge_cache")),
     Row(_INF, "readable_cache", "torchair_dist.inference:readable_cache", SAME,
-        "reads our JSON entries", ("cache_bin", "print_output", "file")),
+        "reads our JSON entries (a file, or a whole cache directory)",
+        ("cache_bin", "print_output", "file")),
     Row(_INF, "set_dim_gears", "torchair_dist.inference:set_dim_gears", ACCEPTED,
         _ASCEND + "GE gears; the dims are marked dynamic instead, warns", ("t", "dim_gears")),
     # torchair.scope

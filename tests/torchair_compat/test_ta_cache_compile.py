@@ -120,6 +120,8 @@ def test_readable_cache_shows_the_stored_graph(tmp_path, capsys):
     assert "index_copy" in text and "def forward" in text
     assert capsys.readouterr().out.strip() == text.strip()
     assert open(out_file).read() == text
+    whole = torchair.inference.readable_cache(cache_dir, print_output=False)
+    assert whole == text  # the cache directory: its one entry
     with pytest.raises(ConfigError, match="not a torchair_dist cache entry"):
         bad = tmp_path / "bad.json"
         bad.write_text("[]")
