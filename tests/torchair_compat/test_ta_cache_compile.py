@@ -190,3 +190,29 @@ def test_each_fix_alone_saves_an_entry(tmp_path, case):
         assert torch.equal(run(*args), ref(*args))
     assert fn.last_source == "compiled"
     assert len(_entries(cache_dir)) == 1
+
+
+class ArgAndListCache(Plain):
+    def __init__(self):
+        super().__init__()
+        self.caches = [torch.zeros(8, 4)]
+
+    def forward(self, x, positions, cache):
+        cache.index_copy_(0, positions, self.proj(x))
+        return cache.sum(0)
+
+
+def test_a_tensor_both_in_a_list_attribute_and_an_argument_is_read_from_the_argument(tmp_path):
+    cache_dir = str(tmp_path / "cache")
+    ref = ArgAndListCache().eval()
+    x, pos = torch.randn(2, 4), torch.tensor([1, 5])
+    for process in range(2):  # the second one loads the entry
+        _fresh_process()
+        model = ArgAndListCache().eval()
+        fn = torchair.inference.cache_compile(model.forward, config=_cfg(), cache_dir=cache_dir)
+        with torch.no_grad():
+            fn(x, pos, model.caches[0])  # the attribute's own tensor, as vLLM passes it
+            assert fn.last_source == ("cache" if process else "compiled")
+            other, expect = torch.full((8, 4), 2.0), torch.full((8, 4), 2.0)
+            assert torch.equal(fn(x, pos, other), ref(x, pos, expect))
+            assert torch.equal(other, expect)

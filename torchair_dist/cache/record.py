@@ -84,13 +84,22 @@ def _check_mutations(meta) -> None:
 
 def _map_inputs(record: _Record, module, args, kwargs, used: List[bool]) -> List[List]:
     by_id: Dict[int, List] = {}
-    for name, t in _state_tensors(module):
+    state = list(_state_tensors(module))
+    # parameters/buffers, then the call's arguments, then tensors of list attributes ("a[i]"):
+    # a tensor passed as an argument and also kept in a list (vLLM's KV caches) is read from
+    # the argument of each call
+    for name, t in state:
+        if name.endswith("]"):
+            continue
         local = getattr(t, "_local_tensor", None)
         by_id.setdefault(id(t), ["state", name, False])
         if local is not None:
             by_id.setdefault(id(local), ["state", name, True])
     for k, leaf in enumerate(call_leaves(args, kwargs)):
         by_id.setdefault(id(leaf), ["arg", k])
+    for name, t in state:
+        if name.endswith("]"):
+            by_id.setdefault(id(t), ["state", name, False])
     specs = []
     for i, a in enumerate(record.first_args):
         if id(a) in by_id:
