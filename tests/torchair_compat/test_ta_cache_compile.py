@@ -216,3 +216,15 @@ def test_a_tensor_both_in_a_list_attribute_and_an_argument_is_read_from_the_argu
             other, expect = torch.full((8, 4), 2.0), torch.full((8, 4), 2.0)
             assert torch.equal(fn(x, pos, other), ref(x, pos, expect))
             assert torch.equal(other, expect)
+
+
+def test_backend_argument_with_its_config(tmp_path):
+    cfg = _cfg()
+    model, ref = Plain().eval(), Plain().eval()
+    fn = torchair.inference.cache_compile(model.forward, config=cfg,
+                                          backend=torchair.get_npu_backend(compiler_config=cfg),
+                                          cache_dir=str(tmp_path / "c"))
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        assert torch.equal(fn(x), ref(x))
+    assert fn.last_source == "compiled" and len(_entries(str(tmp_path / "c"))) == 1

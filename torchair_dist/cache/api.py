@@ -25,6 +25,8 @@ log = logging.getLogger("torchair_dist")
 class CacheCompiledFunction:
     """Callable returned by :func:`cache_compile`; see the package docstring."""
 
+    _is_cache_wrapper = True  # not a value the graph bakes in (keys._module_attributes)
+
     def __init__(self, module, func_name, config, decompositions, cache_dir, rank_dir,
                  method=None, dynamic: bool = False):
         self.module, self.func_name = module, func_name

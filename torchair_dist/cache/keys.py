@@ -182,6 +182,8 @@ def _module_attributes(module: torch.nn.Module, names: frozenset) -> List[str]:
         for attr, value in sorted(vars(sub).items()):
             if attr in _MODULE_INTERNALS or isinstance(value, torch.nn.Module):
                 continue
+            if getattr(type(value), "_is_cache_wrapper", False):
+                continue  # model.forward = cache_compile(model.forward): the wrapper itself
             if attr not in names and not attr.startswith("_forward"):
                 continue
             parts.append(f"attr {name or '.'}.{attr}={value_fingerprint(value, names)}")
