@@ -149,7 +149,7 @@ def compile_with_aot(gm, example_inputs, compiler, decompositions: Dict):
     its first call (:func:`wrap`)."""
     from torch._functorch.aot_autograd import aot_module_simplified
 
-    keep = compiler.config.experimental_config.keep_inference_input_mutations.raw
+    keep = compiler.config.get("experimental_config.keep_inference_input_mutations")
     kept = ineligible(gm, example_inputs)
     seen: Dict[str, Any] = {}
 

@@ -101,7 +101,7 @@ def _npu_backend(gm: torch.fx.GraphModule, example_inputs, *, compiler_config: C
     elif kwargs.get("options"):
         # options= and mode= changed the config: its options get the same honesty check.
         pipeline.check_config_support(config, stacklevel=2)
-    for dynamo_pass in pipeline.passes_of(config.mode.raw, "dynamo-pass"):
+    for dynamo_pass in pipeline.passes_of(config.get("mode"), "dynamo-pass"):
         gm = dynamo_pass(gm, config)
     compiler = compiler_factory(config)
     return compile_with_aot(gm, example_inputs, compiler, decompositions)

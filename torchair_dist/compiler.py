@@ -103,7 +103,7 @@ def run_route(ctx: GraphContext):
         if not isinstance(out, GraphContext):
             return out
         ctx = out
-    raise BackendUnavailableError(f"mode {ctx.config.mode.raw!r}: its route ends without a "
+    raise BackendUnavailableError(f"mode {ctx.config.get('mode')!r}: its route ends without a "
                                   f"runner (pipeline.MODE_TABLE lacks a compile stage)")
 
 
@@ -115,7 +115,7 @@ def eager_stage(ctx: GraphContext):
 def backend_stage(ctx: GraphContext):
     """The ``compile`` stage: the mode's backend compiles the graph, or loads it from the
     compile cache's entry (``ctx.cache_entry``)."""
-    backend = backend_for_mode(ctx.config.mode.raw)
+    backend = backend_for_mode(ctx.config.get("mode"))
     if ctx.cache_entry is not None:
         return backend.load(ctx.cache_entry, ctx)
     return backend.compile(ctx)
@@ -135,7 +135,7 @@ def make_context(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfi
 
 def run_aot_passes(gm: torch.fx.GraphModule, example_inputs, cfg: CompilerConfig):
     """The mode's AOT-pass stages, in the order the pipeline declares them."""
-    for stage in pipeline.stages_of(cfg.mode.raw):
+    for stage in pipeline.stages_of(cfg.get("mode")):
         if stage.level == "aot-pass":
             gm = pipeline.resolve(stage)(gm, example_inputs, cfg)
             if _observers:

@@ -26,13 +26,13 @@ def dump_fx_graph(gm: torch.fx.GraphModule, config, name: str, rank: int,
                   extra_source: str = "") -> Optional[str]:
     """Write ``gm`` as ``py`` (readable code, plus ``extra_source``) or ``txt`` (the graph IR)
     when ``config.debug.graph_dump.type`` asks for it; returns the file written."""
-    kind = config.debug.graph_dump.type.raw
+    kind = config.get("debug.graph_dump.type")
     if kind is None:
         return None
     if kind not in ("py", "txt"):
         raise ConfigError(f"debug.graph_dump.type={kind!r} is a GE format; in "
-                          f"{config.mode.raw} mode use 'py' or 'txt'")
-    path = dump_file_name(config.debug.graph_dump.path.raw, name, rank, kind)
+                          f"{config.get('mode')} mode use 'py' or 'txt'")
+    path = dump_file_name(config.get("debug.graph_dump.path"), name, rank, kind)
     if kind == "py":
         text = gm.print_readable(print_output=False)
         if extra_source:
@@ -87,8 +87,8 @@ def dumps_original_graph(config) -> bool:
     """``debug.data_dump`` is on with ``dump_config.data_dump_stage='original'``: the dump runs
     the graph as AOT autograd produced it, before the pipeline's passes (the compiler keeps a
     copy of it only then)."""
-    return (config.debug.data_dump.type.raw is not None
-            and config.dump_config.data_dump_stage.raw == "original")
+    return (config.get("debug.data_dump.type") is not None
+            and config.get("dump_config.data_dump_stage") == "original")
 
 
 def data_dump_runner(gm: torch.fx.GraphModule, config, name: str, rank: int,
@@ -98,17 +98,17 @@ def data_dump_runner(gm: torch.fx.GraphModule, config, name: str, rank: int,
     ``dump_config.data_dump_stage`` chooses the graph: ``optimized`` (default) ``gm``, the
     graph after every pass; ``original`` the graph before the passes (``original``, which the
     caller kept when :func:`dumps_original_graph` said so)."""
-    stage = config.dump_config.data_dump_stage.raw
+    stage = config.get("dump_config.data_dump_stage")
     if stage == "original":
         if original is None:
             raise ConfigError("data_dump_runner: dump_config.data_dump_stage='original' needs "
                              "the graph from before the passes (original=)")
         gm = original
-    dd = config.debug.data_dump
-    directory = os.path.join(dd.path.raw or os.path.join(os.getcwd(), "data_dump"),
+    directory = os.path.join(config.get("debug.data_dump.path")
+                             or os.path.join(os.getcwd(), "data_dump"),
                              f"rank_{rank}", name)
     os.makedirs(directory, exist_ok=True)
-    kind, node_filter = dd.type.raw, dd.filter.raw
+    kind, node_filter = config.get("debug.data_dump.type"), config.get("debug.data_dump.filter")
 
     def run(args):
         return DataDumper(gm, directory, kind, node_filter).run(*args)

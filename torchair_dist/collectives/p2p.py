@@ -99,12 +99,12 @@ def preprocess_send_recv(gm, config):
     """
     assign_tags(gm)
     n = count_p2p(gm)
-    if n > 1 and config is not None and config.mode.raw == "max-autotune":
-        strategy = config.experimental_config.topology_sorting_strategy
-        if strategy.raw != "StableRDFS":
+    if n > 1 and config is not None and config.get("mode") == "max-autotune":
+        strategy = config.get("experimental_config.topology_sorting_strategy")
+        if strategy != "StableRDFS":
             warnings.warn(
                 f"the graph has {n} send/recv ops; topology_sorting_strategy changed from "
-                f"{strategy.raw!r} to 'StableRDFS' so GE keeps their program order",
+                f"{strategy!r} to 'StableRDFS' so GE keeps their program order",
                 UserWarning, stacklevel=2)
             config.experimental_config.topology_sorting_strategy = "StableRDFS"
     return gm

@@ -106,7 +106,7 @@ def find_conflicts(gm: torch.fx.GraphModule) -> List[Tuple[torch.fx.Node, str, t
 
 def deadlock_check(gm: torch.fx.GraphModule, example_inputs, config):
     """Warn about concurrent collectives on different streams (see module doc)."""
-    if not config.debug.deadlock_check.raw:
+    if not config.get("debug.deadlock_check"):
         return gm
     conflicts = find_conflicts(gm)
     if conflicts:

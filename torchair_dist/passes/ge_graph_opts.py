@@ -50,7 +50,7 @@ def _real(value, gm):
 
 def fold_constants(gm: torch.fx.GraphModule, example_inputs, config):
     """Fold constant subgraphs into ``get_attr`` constants when ``oo_constant_folding``."""
-    if config.ge_config.oo_constant_folding.raw is not True:
+    if config.get("ge_config.oo_constant_folding") is not True:
         return gm
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -87,7 +87,7 @@ def fold_constants(gm: torch.fx.GraphModule, example_inputs, config):
 
 def eliminate_dead_code(gm: torch.fx.GraphModule, example_inputs, config):
     """Drop unused side-effect-free ops when ``oo_dead_code_elimination``."""
-    if config.ge_config.oo_dead_code_elimination.raw is not True:
+    if config.get("ge_config.oo_dead_code_elimination") is not True:
         return gm
     if gm.graph.eliminate_dead_code():
         gm.graph.lint()

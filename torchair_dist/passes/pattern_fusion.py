@@ -174,7 +174,7 @@ def pattern_fusion(gm: torch.fx.GraphModule, example_inputs, config):
     fused = fused_add_rms_norm()
     if fused is None:
         return gm
-    if not config.experimental_config.pattern_fusion_pass.raw:
+    if not config.get("experimental_config.pattern_fusion_pass"):
         return gm
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     matches = [m for m in (_match(n, order) for n in gm.graph.nodes) if m is not None]

@@ -160,12 +160,12 @@ def _inductor_compiles(config, device: torch.device) -> bool:
     """experimental_config.inductor_kernels takes this graph (it has no out= lowering for
     extern kernels such as mm; read only where that option takes effect)."""
     return device.type in ("cpu", "cuda") and bool(
-        config.experimental_config.inductor_kernels.raw)
+        config.get("experimental_config.inductor_kernels"))
 
 
 def remove_cat_ops(gm: torch.fx.GraphModule, example_inputs, config):
     """Let the producers of a cat write into its output (see the module doc)."""
-    if not config.debug.aclgraph.remove_cat_ops.raw:
+    if not config.get("debug.aclgraph.remove_cat_ops"):
         return gm
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     streams = stream_of_nodes(gm)

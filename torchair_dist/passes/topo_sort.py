@@ -83,7 +83,7 @@ def _rdfs(body, deps, roots) -> List[torch.fx.Node]:
 
 def topology_sort(gm: torch.fx.GraphModule, example_inputs, config):
     """Reorder ``gm`` by ``experimental_config.topology_sorting_strategy`` (see module doc)."""
-    strategy = config.experimental_config.topology_sorting_strategy.raw
+    strategy = config.get("experimental_config.topology_sorting_strategy")
     if strategy not in REORDERING:
         return gm
     output = next(n for n in gm.graph.nodes if n.op == "output")

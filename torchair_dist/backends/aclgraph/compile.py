@@ -37,11 +37,11 @@ def graph_factory_for(ctx: GraphContext, opaque_forward: bool = False):
     CPU such a graph gets the emulating stand-in (fixed buffers, the forward runs per replay)."""
     plat = _platform.for_device(graph_device_type(ctx))
     cfg = ctx.config
-    custom = cfg.aclgraph_config.use_custom_pool.raw
-    share = custom is not None or not cfg.debug.aclgraph.disable_mempool_reuse_in_same_fx.raw
+    custom = cfg.get("aclgraph_config.use_custom_pool")
+    share = custom is not None or not cfg.get("debug.aclgraph.disable_mempool_reuse_in_same_fx")
     if plat.has_graph_capture:
         pool = custom if custom is not None or not share else plat.graph_pool_handle()
-        mode = cfg.npugraphex_config.capture_error_mode.raw
+        mode = cfg.get("npugraphex_config.capture_error_mode")
         return CaptureFactory(lambda: DeviceGraph(plat, pool if share else None, mode), share)
     return stand_ins.capture_factory(plat.device_type, ctx.gm, ctx.graph_name, share,
                                      opaque_forward)

@@ -34,7 +34,7 @@ class InductorKernelsError(TorchairDistError):
 
 def enabled_for(ctx: GraphContext) -> bool:
     """True when ``ctx``'s config asks for inductor kernels and the device allows them."""
-    if not ctx.config.experimental_config.inductor_kernels.raw:
+    if not ctx.config.get("experimental_config.inductor_kernels"):
         return False
     device = _graph_device_type(ctx)
     if device not in ("cpu", "cuda"):

@@ -19,59 +19,58 @@ def _bool(value: bool) -> str:
 
 
 def _ge_config(cfg, glob: Dict[str, str], local: Dict[str, str]) -> None:
-    ge = cfg.ge_config
-    glob["ge.enableSingleStream"] = _bool(ge.enable_single_stream.raw)
-    glob["ge.oo.level"] = ge.oo_level.raw
-    if ge.oo_constant_folding.raw is not None:
-        glob["ge.oo.constantFolding"] = _bool(ge.oo_constant_folding.raw)
-    if ge.oo_dead_code_elimination.raw is not None:
-        glob["ge.oo.deadCodeElimination"] = _bool(ge.oo_dead_code_elimination.raw)
-    glob["ge.exportCompileStat"] = ge.export_compile_stat.raw
-    if ge.aicore_num.raw is not None:
-        glob["ge.aicoreNum"] = str(ge.aicore_num.raw)
-    if ge.optimization_switch.raw is not None:
-        glob["ge.optimizationSwitch"] = str(ge.optimization_switch.raw)
-    if ge.oo_level.raw == "O1":
+    glob["ge.enableSingleStream"] = _bool(cfg.get("ge_config.enable_single_stream"))
+    glob["ge.oo.level"] = cfg.get("ge_config.oo_level")
+    if cfg.get("ge_config.oo_constant_folding") is not None:
+        glob["ge.oo.constantFolding"] = _bool(cfg.get("ge_config.oo_constant_folding"))
+    if cfg.get("ge_config.oo_dead_code_elimination") is not None:
+        glob["ge.oo.deadCodeElimination"] = _bool(cfg.get("ge_config.oo_dead_code_elimination"))
+    glob["ge.exportCompileStat"] = cfg.get("ge_config.export_compile_stat")
+    if cfg.get("ge_config.aicore_num") is not None:
+        glob["ge.aicoreNum"] = str(cfg.get("ge_config.aicore_num"))
+    if cfg.get("ge_config.optimization_switch") is not None:
+        glob["ge.optimizationSwitch"] = str(cfg.get("ge_config.optimization_switch"))
+    if cfg.get("ge_config.oo_level") == "O1":
         local["ge.topoSortingMode"] = _TOPO_SORTING["StableRDFS"]  # merged last: it wins
 
 
 def _experimental(cfg, glob: Dict[str, str], local: Dict[str, str]) -> None:
-    exp = cfg.experimental_config
-    glob["ge.exec.enableEngineParallel"] = "1" if exp.cc_parallel_enable.raw else "0"
-    local["ge.tiling_schedule_optimize"] = "1" if exp.tiling_schedule_optimize.raw else "0"
-    local["ge.topoSortingMode"] = _TOPO_SORTING[exp.topology_sorting_strategy.raw]
+    exp = "experimental_config."
+    glob["ge.exec.enableEngineParallel"] = "1" if cfg.get(exp + "cc_parallel_enable") else "0"
+    local["ge.tiling_schedule_optimize"] = \
+        "1" if cfg.get(exp + "tiling_schedule_optimize") else "0"
+    local["ge.topoSortingMode"] = _TOPO_SORTING[cfg.get(exp + "topology_sorting_strategy")]
     local["ge.jit_compile"] = "2"
-    if exp.static_model_ops_lower_limit.raw is not None:
-        local["ge.exec.static_model_ops_lower_limit"] = str(exp.static_model_ops_lower_limit.raw)
-    local["frozenInput"] = "1" if exp.frozen_parameter.raw else "0"
+    if cfg.get("experimental_config.static_model_ops_lower_limit") is not None:
+        local["ge.exec.static_model_ops_lower_limit"] = \
+            str(cfg.get("experimental_config.static_model_ops_lower_limit"))
+    local["frozenInput"] = "1" if cfg.get("experimental_config.frozen_parameter") else "0"
 
 
 def _dump(cfg, glob: Dict[str, str], rank: int, world: int) -> None:
-    dump = cfg.dump_config
-    if dump.dump_config_path.raw is not None:
-        glob["ge_dump_with_acl_config"] = dump.dump_config_path.raw
-    if not dump.enable_dump.raw:
+    if cfg.get("dump_config.dump_config_path") is not None:
+        glob["ge_dump_with_acl_config"] = cfg.get("dump_config.dump_config_path")
+    if not cfg.get("dump_config.enable_dump"):
         return
     glob["ge.exec.enableDump"] = "1"
-    glob["ge.exec.dumpPath"] = os.path.join(dump.dump_path.raw,
+    glob["ge.exec.dumpPath"] = os.path.join(cfg.get("dump_config.dump_path"),
                                             f"worldsize{world}_global_rank{rank}")
-    glob["ge.exec.dumpMode"] = dump.dump_mode.raw
-    glob["ge.exec.dumpData"] = dump.dump_data.raw
-    if dump.dump_step.raw is not None:
-        glob["ge.exec.dumpStep"] = dump.dump_step.raw
-    if dump.dump_layer.raw is not None:
-        glob["ge.exec.dumpLayer"] = dump.dump_layer.raw
-    glob["ge.quant_dumpable"] = "1" if dump.quant_dumpable.raw else "0"
+    glob["ge.exec.dumpMode"] = cfg.get("dump_config.dump_mode")
+    glob["ge.exec.dumpData"] = cfg.get("dump_config.dump_data")
+    if cfg.get("dump_config.dump_step") is not None:
+        glob["ge.exec.dumpStep"] = cfg.get("dump_config.dump_step")
+    if cfg.get("dump_config.dump_layer") is not None:
+        glob["ge.exec.dumpLayer"] = cfg.get("dump_config.dump_layer")
+    glob["ge.quant_dumpable"] = "1" if cfg.get("dump_config.quant_dumpable") else "0"
 
 
 def _aoe(cfg, glob: Dict[str, str]) -> None:
-    aoe = cfg.aoe_config
-    if aoe.aoe_mode.raw is None:
+    if cfg.get("aoe_config.aoe_mode") is None:
         return
-    glob["ge.jobType"] = aoe.aoe_mode.raw
-    glob["ge.tuningPath"] = aoe.work_path.raw
-    if aoe.aoe_config_file.raw is not None:
-        glob["ge.aoe_config_file"] = aoe.aoe_config_file.raw
+    glob["ge.jobType"] = cfg.get("aoe_config.aoe_mode")
+    glob["ge.tuningPath"] = cfg.get("aoe_config.work_path")
+    if cfg.get("aoe_config.aoe_config_file") is not None:
+        glob["ge.aoe_config_file"] = cfg.get("aoe_config.aoe_config_file")
 
 
 def cann_options(cfg, rank: int = 0, world: int = 1) -> Tuple[Dict[str, str], Dict[str, str]]:
@@ -81,8 +80,8 @@ def cann_options(cfg, rank: int = 0, world: int = 1) -> Tuple[Dict[str, str], Di
     local: Dict[str, str] = {}
     _experimental(cfg, glob, local)
     _ge_config(cfg, glob, local)  # after experimental_config, as TorchAir merges them
-    if cfg.fusion_config.fusion_switch_file.raw is not None:
-        glob["ge.fusionSwitchFile"] = cfg.fusion_config.fusion_switch_file.raw
+    if cfg.get("fusion_config.fusion_switch_file") is not None:
+        glob["ge.fusionSwitchFile"] = cfg.get("fusion_config.fusion_switch_file")
     _dump(cfg, glob, rank, world)
     _aoe(cfg, glob)
     return glob, local
