@@ -78,8 +78,8 @@ class Stage:
         read (when the stage really runs), not as bookkeeping."""
         if self.gate is None:
             return True
-        option = config.option(self.gate)
-        return self.runs_when(option.raw if tracked else option._raw)
+        value = config.get(self.gate) if tracked else config.peek(self.gate)
+        return self.runs_when(value)
 
     def all_options(self) -> Tuple[str, ...]:
         return ((self.gate,) if self.gate else ()) + self.reads
@@ -298,7 +298,7 @@ def effective_options(config: CompilerConfig, platform: Optional[str] = None) ->
     """Options that take effect for ``config`` on ``platform`` (default: this process's)."""
     platform = platform or current_platform()
     found = set(ALWAYS_READ)
-    for stage in stages_of(config.mode._raw):
+    for stage in stages_of(config.peek("mode")):
         if platform not in stage.platform_set():
             continue
         if stage.gate:
@@ -309,7 +309,7 @@ def effective_options(config: CompilerConfig, platform: Optional[str] = None) ->
 
 
 def _why_not(path: str, config: CompilerConfig, platform: str) -> str:
-    mode = config.mode._raw
+    mode = config.peek("mode")
     readers = [s for s in STAGES.values() if path in s.all_options()]
     if not readers:
         return "not implemented by torchair_dist (accepted for TorchAir compatibility)"
@@ -334,7 +334,7 @@ def ineffective_options(config: CompilerConfig,
     effect for this mode, platform and config."""
     platform = platform or current_platform()
     effective = effective_options(config, platform)
-    return {path: (opt._raw, _why_not(path, config, platform))
+    return {path: (config.peek(path), _why_not(path, config, platform))
             for path, opt in config.leaves() if opt.is_set() and path not in effective}
 
 
@@ -348,7 +348,7 @@ def check_config_support(config: CompilerConfig, platform: Optional[str] = None,
     a ``DeprecationWarning`` for ``reduce-overhead``. Returns the paths named."""
     platform = platform or current_platform()
     found = ineffective_options(config, platform)
-    mode = config.mode._raw
+    mode = config.peek("mode")
     if found:
         listed = "; ".join(f"config.{k}={v!r} ({why})" for k, (v, why) in found.items())
         warnings.warn(f"torchair_dist: these options do not take effect in {mode} mode on "
@@ -408,7 +408,7 @@ def stages_at(config: CompilerConfig, level: str) -> List[Stage]:
     """The stages of ``config``'s mode at ``level`` that run now: in the row's order, on this
     platform, their gate read as the code's own read."""
     platform = current_platform()
-    return [s for s in stages_of(config.mode.raw) if s.level == level
+    return [s for s in stages_of(config.get("mode")) if s.level == level
             and platform in s.platform_set() and s.runs(config, tracked=True)]
 
 

@@ -222,7 +222,7 @@ def cache_compile(func, *, config=None, backend=None, dynamic: bool = False,
         config = bound
     config = (config or CompilerConfig()).copy()
     if ge_cache and config.is_acl_mode:
-        log.warning("cache_compile: ge_cache is ignored in mode %s", config.mode.raw)
+        log.warning("cache_compile: ge_cache is ignored in mode %s", config.get("mode"))
     made = get_npu_backend(compiler_config=config,
                            custom_decompositions=custom_decompositions or {})
     decompositions = made.keywords["decompositions"]

@@ -76,8 +76,15 @@ class ConfigBase:
         return node
 
     def get(self, path: str) -> Any:
-        """The typed value at a dotted path."""
+        """The typed value at a dotted path: how library code reads an option (the read is
+        tracked: ``tests/unit/test_option_honesty.py`` compares reads with the pipeline's
+        declared reads)."""
         return self.option(path).raw
+
+    def peek(self, path: str) -> Any:
+        """The value at a dotted path without counting as a read: for the pipeline's own
+        bookkeeping (which stages run, which options take effect), never for using it."""
+        return self.option(path)._raw
 
     def __eq__(self, other: object) -> bool:
         if type(self) is not type(other):

@@ -55,7 +55,7 @@ def remove_noop_ops(gm, example_inputs, config):
     value is a graph output or is written by copy_ is kept, so no output starts aliasing an
     input that did not before.
     """
-    if not config.experimental_config.remove_noop_ops.raw:
+    if not config.get("experimental_config.remove_noop_ops"):
         return gm
     removed = 0
     for node in list(gm.graph.nodes):
@@ -138,7 +138,7 @@ def view_to_reshape(gm, example_inputs, config):
 def collapse_view_chains(gm, example_inputs, config):
     """(``npu_fx_pass``) reshape(reshape(x, a), b) -> reshape(x, b) when the inner has no
     other user. Guarantees: same values; fewer nodes for the backends to lower."""
-    if not config.experimental_config.npu_fx_pass.raw:
+    if not config.get("experimental_config.npu_fx_pass"):
         return gm
     changed = False
     for node in gm.graph.nodes:
@@ -177,7 +177,7 @@ _warned_graph_only: set = set()
 
 def _custom(name: str) -> Callable:
     def run(gm, example_inputs, config):
-        fn = config.option(name).raw
+        fn = config.get(name)
         if fn is None:
             return gm
         if _takes_graph_only(fn):
