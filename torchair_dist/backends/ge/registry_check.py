@@ -80,12 +80,7 @@ def default_registry_path(allow_subset: bool = True) -> Path:
     from ...envvars import raw
 
     env = raw(ENV_REGISTRY)
-    if env:
-        if not os.path.isfile(env):
-            from ...errors import ConfigError
-
-            raise ConfigError(f"environment variable {ENV_REGISTRY}={env!r}: expected a path "
-                              f"to the GE op registry JSON file (no such file)")
+    if env:  # a missing file is a GeRegistryError naming the variable when it is loaded
         return Path(env)
     repo = Path(__file__).resolve().parents[3]
     full = repo.parent / "shared" / "ge_op_registry.json"
