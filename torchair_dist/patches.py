@@ -46,22 +46,12 @@ def patch_break_graph_ops() -> None:
 
 def resolve_qualname(qualname: str):
     """``"torch.nn.functional.gelu"`` -> the object; a clear error when it does not exist."""
-    import importlib
-
     from .errors import ConfigError
+    from .util import resolve_dotted
 
-    parts = qualname.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        try:
-            for attr in parts[cut:]:
-                obj = getattr(obj, attr)
-            return obj
-        except AttributeError:
-            break
+    obj = resolve_dotted(qualname) if "." in qualname else None
+    if obj is not None:
+        return obj
     raise ConfigError(f"{BREAK_GRAPH_ENV}: cannot find {qualname!r}; use a dotted name such as "
                       f"torch.nn.functional.gelu")
 

@@ -60,6 +60,26 @@ def current_rank_and_world() -> Tuple[int, int]:
     return 0, 1
 
 
+def resolve_dotted(name: str) -> Any:
+    """The object a dotted name such as ``torch.nn.functional.gelu`` or ``torch._dynamo`` names
+    (the longest importable module, then attributes); None when it does not exist."""
+    import importlib
+
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return None
+        return obj
+    return None
+
+
 def input_device(example_inputs: Sequence[Any]) -> torch.device:
     """The device of the first real tensor input (CPU when there is none)."""
     for x in example_inputs:

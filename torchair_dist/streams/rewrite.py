@@ -320,15 +320,23 @@ def rewrite_streams(gm, config):
         graph.erase_node(node)
     _events_for_wait_tensor(graph, prefix)
     side = _check_scopes(graph)
-    if side:
-        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-        output = next(n for n in reversed(graph.nodes) if n.op == "output")
-        first = placeholders[-1].next if placeholders else next(iter(graph.nodes))
-        with graph.inserting_before(first):
-            graph.call_function(ops.fork.default, (list(side),))
-        with graph.inserting_before(output):
-            graph.call_function(ops.join.default, (list(side),))
+    add_fork_join(graph, side)
     graph.lint()
     gm.recompile()
     log.debug("rewrite_streams: %s side streams %s", prefix, side)
     return gm
+
+
+def add_fork_join(graph: torch.fx.Graph, side) -> None:
+    """Fork the side streams ``side`` after the inputs and join them before the output (no-op
+    for none): every side stream starts after the graph's inputs exist and ends before its
+    outputs are used."""
+    if not side:
+        return
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    first = placeholders[-1].next if placeholders else next(iter(graph.nodes))
+    with graph.inserting_before(first):
+        graph.call_function(ops.fork.default, (list(side),))
+    with graph.inserting_before(output):
+        graph.call_function(ops.join.default, (list(side),))

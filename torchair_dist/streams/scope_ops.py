@@ -25,7 +25,7 @@ from torch.fx import has_side_effect
 
 from ..errors import GraphValidationError
 from .ops import ops
-from .rewrite import where
+from .rewrite import add_fork_join, where
 
 NAMESPACES = ("air", "npugraph_ex")
 _libs = []
@@ -105,14 +105,7 @@ def lower_scope_ops(gm: torch.fx.GraphModule, example_inputs, config):
                 node.meta["custom"] = {**(node.meta.get("custom") or {}), **merged}
     if stack:
         raise GraphValidationError(f"scope_enter at {where(stack[-1][2])} is never exited")
-    if side:
-        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-        output = next(n for n in reversed(graph.nodes) if n.op == "output")
-        first = placeholders[-1].next if placeholders else next(iter(graph.nodes))
-        with graph.inserting_before(first):
-            graph.call_function(ops.fork.default, (list(side),))
-        with graph.inserting_before(output):
-            graph.call_function(ops.join.default, (list(side),))
+    add_fork_join(graph, side)
     graph.lint()
     gm.recompile()
     return gm
