@@ -1,6 +1,5 @@
 """The torch version range and the list of private torch APIs (torchair_dist.torch_compat)."""
 import ast
-import importlib
 import os
 import subprocess
 import sys
