@@ -117,9 +117,10 @@ def _check(cold, warm, world, *, global_rejected):
             assert w["attr"]["source"] == "cache", (rank, mode, w["attr"])
             assert w["attr"]["rejections"] == [], (rank, mode, w["attr"])
             if global_rejected:
+                # the cache key covers the groups the forward reads from globals, by ranks:
+                # another group is another key, so job 2 compiles instead of loading
                 assert w["global"]["source"] == "compiled", (rank, mode, w["global"])
-                assert len(w["global"]["rejections"]) == 1, (rank, mode, w["global"])
-                assert "ranks" in w["global"]["rejections"][0], w["global"]
+                assert w["global"]["rejections"] == [], (rank, mode, w["global"])
             else:
                 assert w["global"]["source"] == "cache", (rank, mode, w["global"])
 
@@ -139,9 +140,9 @@ def test_two_jobs_other_group_order_2ranks(tmp_path):
 def test_two_jobs_subgroups_4ranks(tmp_path):
     """Job 1 creates [0, 1], [2, 3], [0, 2], [1, 3]; job 2 creates [0], [2] first (taking c10d's
     names "1" and "2"), then [2, 3], [0, 1], and no [0, 2] / [1, 3]. The attribute module
-    (over [0, 1] / [2, 3]) loads and is rebound on every rank; the global module's entries
-    (over [0, 2] / [1, 3]) name groups job 2 does not have: refused on every rank and
-    recompiled, reducing over WORLD as job 2's code says."""
+    (over [0, 1] / [2, 3]) loads and is rebound on every rank; the global module reads
+    another group from its global in job 2 (WORLD instead of [0, 2] / [1, 3]): another cache
+    key on every rank, so it compiles, reducing over WORLD as job 2's code says."""
     cold, warm = _run_jobs(4, str(tmp_path), [
         ([[0, 1], [2, 3], [0, 2], [1, 3]], [[0, 1], [2, 3]], [[0, 2], [1, 3]]),
         ([[0], [2], [2, 3], [0, 1]], [[0, 1], [2, 3]], None),
@@ -152,5 +153,3 @@ def test_two_jobs_subgroups_4ranks(tmp_path):
         for mode in MODES:
             assert warm[rank][mode]["attr"]["got"] == [pair * k + 1.0 for k in range(1, 5)]
             assert warm[rank][mode]["global"]["got"] == [11.0, 21.0, 31.0, 41.0]  # WORLD
-            missing = [0, 2] if rank % 2 == 0 else [1, 3]
-            assert f"ranks {missing}" in warm[rank][mode]["global"]["rejections"][0]

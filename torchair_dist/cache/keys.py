@@ -107,6 +107,9 @@ def value_fingerprint(value: Any, names: Optional[frozenset] = None, depth: int 
         return f"{type(value).__name__}({value.dtype},{tuple(value.shape)})"
     if isinstance(value, enum.Enum):
         return f"{type(value).__qualname__}.{value.name}"
+    group = describe(value)  # a process group / device mesh: by its ranks
+    if group is not None:
+        return group
     if depth > 4:
         return type(value).__qualname__
     if isinstance(value, (tuple, list, set, frozenset)):
