@@ -101,6 +101,8 @@ def _safe_softmax(cx, x, dim, dtype=None):
 def _logsumexp(cx, x, dim, keepdim=False):
     dtype = cx.out_dtype
     rank = len(x.shape)
+    if rank == 0:  # logsumexp of one element is that element
+        return cx.cast(x, dtype)
     axes = [d % rank for d in dim] if dim else list(range(rank))
     return cx.emit1("ReduceLogSumExp", [("x", cx.cast(x, dtype)),
                                         ("axes", cx.const(axes, torch.int64))],
@@ -257,9 +259,13 @@ def _unfold(cx, x, dim, size, step):
     then the window axis moved last, as torch lays it out."""
     from ....errors import UnsupportedOpError
 
+    if not x.shape:  # a 0-d tensor unfolds as a 1-element vector
+        out_shape = cx.out()[1]
+        y = _unfold(cx, cx.reshape(x, [1], (1,)), 0, size, step)
+        return cx.reshape(y, list(out_shape), out_shape)
     rank = len(x.shape)
-    d = dim % rank if rank else 0
-    length = x.shape[d] if rank else 1
+    d = dim % rank
+    length = x.shape[d]
     if length < 0:
         raise UnsupportedOpError(f"%{cx.node.name}: unfold of a symbolic dim has no GE lowering")
     n = (length - size) // step + 1
