@@ -1,0 +1,67 @@
+"""Reference kernels of the GE ops the Core ATen converters (converters/aten_core.py) emit.
+
+Each follows the GE op's documented semantics: inputs already share a dtype (GE does no type
+promotion), broadcasting is numpy's, attributes take the IR's defaults when absent.
+"""
+from __future__ import annotations
+
+import torch
+
+from .kernels import _fixed, kernel
+from .opspec import OpSpec
+
+for _t, _fn in {"Acos": torch.acos, "Asin": torch.asin, "Atan": torch.atan,
+                "Acosh": torch.acosh, "Asinh": torch.asinh, "Atanh": torch.atanh,
+                "Cosh": torch.cosh, "Sinh": torch.sinh, "Tan": torch.tan, "Erfc": torch.erfc,
+                "Erfinv": torch.erfinv, "Atan2": torch.atan2, "Mod": torch.fmod,
+                "NextAfter": torch.nextafter, "BitwiseXor": torch.bitwise_xor,
+                "LeftShift": torch.bitwise_left_shift, "RightShift": torch.bitwise_right_shift,
+                "IsNan": torch.isnan, "IsInf": torch.isinf, "Square": torch.square}.items():
+    kernel(_t)(_fixed(_fn))
+
+
+@kernel("Cumprod")
+def _cumprod(spec: OpSpec):
+    """Product along ``axis``; ``exclusive`` shifts in a 1, ``reverse`` runs from the end."""
+    exclusive, reverse = bool(spec.attr("exclusive", False)), bool(spec.attr("reverse", False))
+
+    def run(x, axis):
+        a = int(axis.reshape(-1)[0]) if isinstance(axis, torch.Tensor) else int(axis)
+        a = a % max(x.dim(), 1)
+        y = x.flip(a) if reverse else x
+        if exclusive:
+            ones = torch.ones_like(y.narrow(a, 0, 1))
+            y = torch.cat([ones, y.narrow(a, 0, y.shape[a] - 1)], a)
+        y = torch.cumprod(y, a)
+        return y.flip(a) if reverse else y
+    return run
+
+
+@kernel("Cummax", "Cummin")
+def _cummax(spec: OpSpec):
+    """(running max/min along the axis, the index where it was reached); the attribute is
+    ``dim`` for Cummax and ``axis`` for Cummin (as the IR names them)."""
+    is_max = spec.type == "Cummax"
+    dim = int(spec.attr("dim" if is_max else "axis", 0))
+    fn = torch.cummax if is_max else torch.cummin
+
+    def run(x):
+        values, indices = fn(x, dim)
+        return values, indices
+    return run
+
+
+@kernel("ScatterElements")
+def _scatter_elements(spec: OpSpec):
+    """data with updates[i] written (or reduced: add/mul/max/min) at data[..., indices[i], ...]
+    along ``axis`` (default 0, reduction default "none")."""
+    axis = int(spec.attr("axis", 0))
+    reduction = spec.attr("reduction", "none")
+    reduce = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}.get(reduction)
+
+    def run(data, indices, updates):
+        a = axis % max(data.dim(), 1)
+        if reduce is None:
+            return torch.scatter(data, a, indices, updates)
+        return torch.scatter_reduce(data, a, indices, updates, reduce, include_self=True)
+    return run
