@@ -73,12 +73,23 @@ def _trace(node: torch.fx.Node, table: Dict[Any, Callable]) -> Optional[torch.fx
     if any(e is None for e in examples):
         return None
 
+    out_val = node.meta.get("val")
+    low = (torch.bfloat16, torch.float16)
+    widen = (any(isinstance(e, torch.Tensor) and e.dtype in low for e in examples)
+             and all(isinstance(v, torch.Tensor) for v in pytree.tree_leaves(out_val)))
+
     def fn(*values):
         leaves = list(flat)
         for i, v in zip(positions, values):
-            leaves[i] = v
+            # low-precision floats are decomposed in float32 (torch's CPU kernels compute
+            # them in float32 too): the decomposition's steps do not each round to bf16
+            leaves[i] = v.float() if widen and v.dtype in low else v
         args, kwargs = pytree.tree_unflatten(leaves, spec)
-        return node.target(*args, **kwargs)
+        out = node.target(*args, **kwargs)
+        if widen:
+            out = pytree.tree_map(lambda o, ref: o.to(ref.dtype) if o.dtype != ref.dtype else o,
+                                  out, out_val)
+        return out
 
     sub = make_fx(fn, decomposition_table=table, tracing_mode="real")(*examples)
     sub.graph.eliminate_dead_code()
