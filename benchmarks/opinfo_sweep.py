@@ -169,9 +169,10 @@ def _root(exc: BaseException) -> BaseException:
 def _reason(exc: BaseException) -> str:
     exc = _root(exc)
     text = " ".join(str(exc).split())
-    found = re.findall(r"(aten\.[\w.]+|prims\.[\w.]+|operator\.\w+) \(FX node", str(exc))
+    found = re.findall(r"^  ((?:aten|prims|operator|\w+)\.[\w.]+): (.*?) \(FX node", str(exc),
+                       re.M)
     if found:
-        return "no GE converter: " + ", ".join(sorted(set(found)))
+        return "; ".join(sorted({f"{op}: {why}" for op, why in found}))
     return f"{type(exc).__name__}: {text[:160]}"
 
 

@@ -14,7 +14,7 @@ from .builder import GraphBuilder, TensorRef, set_attr
 from .converters import lookup, target_key
 from .converters.aten_update import check_planned, plan_inplace
 from .converters.context import ConvertContext, meta_desc
-from .lowering import decompose_unconverted
+from .lowering import decompose_unconverted, refusal_reason
 from .proto import ModelDef
 
 
@@ -56,8 +56,8 @@ def _unsupported(gm: torch.fx.GraphModule) -> List[str]:
     lines = []
     for node in gm.graph.nodes:
         if node.op == "call_function" and lookup(node.target) is None:
-            lines.append(f"  {target_key(node.target)} (FX node %{node.name}: {node.format_node()}; "
-                         f"at {source_line(node)})")
+            lines.append(f"  {target_key(node.target)}: {refusal_reason(node.target)} "
+                         f"(FX node %{node.name}: {node.format_node()}; at {source_line(node)})")
         elif node.op in ("call_module", "call_method"):
             lines.append(f"  {node.op} {node.target} (FX node %{node.name}; at {source_line(node)})")
     return lines

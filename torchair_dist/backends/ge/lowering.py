@@ -171,4 +171,40 @@ def decompose_unconverted(gm: torch.fx.GraphModule) -> int:
     return done
 
 
-__all__ = ["decompose_unconverted", "drop_asserts", "decomposition_table", "STATS", "ASSERTS"]
+# Why an op that neither converts nor decomposes is refused (matched on the op name, first
+# match wins); the refusal lists it next to the op.
+REFUSALS = [
+    (("nonzero", "masked_select", "unique", "bincount", "histogram", "_histogramdd",
+      "segment_reduce", "masked_scatter", "put", "sym_storage_offset", "_embedding_bag"),
+     "its output shape depends on the input values: a GE graph has static output shapes"),
+    (("linalg_", "_linalg_", "cholesky", "lu_", "lu", "geqrf", "ormqr", "triangular_solve",
+      "matrix_exp"),
+     "dense linear algebra (factorizations with info/pivot outputs) has no converter; "
+     "inference graphs rarely need it"),
+    (("_fft_", "_conj", "angle", "view_as_complex"),
+     "complex-valued (FFT) ops have no converter: NPU inference graphs stay real-valued"),
+    (("special_", "bessel", "lgamma", "digamma", "polygamma", "igamma", "zeta", "ndtri",
+      "erfcx", "i0", "gcd", "frexp"),
+     "a special function with no op in the GE registry"),
+    (("median", "nanmedian", "kthvalue", "mode", "logcumsumexp", "cummin", "index_reduce",
+      "searchsorted", "bucketize"),
+     "no converter yet (order statistics / searches)"),
+    (("avg_pool", "adaptive_", "max_pool", "upsample", "grid_sampler_3d", "_cdist", "_pdist",
+      "_trilinear", "convolution"),
+     "no converter yet for this pooling/convolution variant"),
+    (("_scaled_mm", "hash_tensor", "empty_permuted", "empty_strided", "as_strided_scatter",
+      "copy_to"),
+     "not meaningful in a GE graph (float8 scaled matmul / hashing / strided memory layout)"),
+]
+
+
+def refusal_reason(target: Any) -> str:
+    """Why ``target`` (no converter, no decomposition) is refused, for the error message."""
+    name = str(getattr(target, "_name", None) or target).split("::")[-1].split(".")[0]
+    for keys, reason in REFUSALS:
+        if any(name == k or name.startswith(k) for k in keys):
+            return reason
+    return "no GE converter and no PyTorch decomposition into converted ops"
+
+
+__all__ = ["refusal_reason", "REFUSALS", "decompose_unconverted", "drop_asserts", "decomposition_table", "STATS", "ASSERTS"]
