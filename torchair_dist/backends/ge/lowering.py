@@ -8,7 +8,8 @@ trace, and every op that has a converter (matmuls, attention, norms, collectives
 updates: the fast paths) is kept as it is. The traced nodes replace the original node in place
 (their ``meta["val"]`` comes from the same fake mode), so the converters see an ordinary graph.
 
-Runtime asserts (``aten._assert_async``, ``aten._assert_scalar``, ...) are dropped here: in
+Runtime asserts (``aten._assert_async``, ``aten._assert_scalar``, ...) and error checks
+(``aten._linalg_check_errors``, which AOT wraps in ``with_effects``) are dropped here: in
 inference they only re-check what the inputs already satisfy (e.g. ``one_hot``'s class range),
 a failed check cannot be reported by an NPU graph except by aborting it, and GE's ``Assert`` would
 need a host round trip per step. Each dropped assert gets one DEBUG line.
@@ -126,9 +127,35 @@ def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
     gm.graph.erase_node(node)
 
 
+CHECKS = frozenset({aten._linalg_check_errors.default})  # error checks AOT wraps in with_effects
+
+
+def _drop_effect_check(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """``with_effects(token, <a check>, ...)``: its users read only the new token (getitem 0);
+    they get the old one, and the node goes."""
+    from torch._higher_order_ops.effects import with_effects
+
+    if node.target is not with_effects or len(node.args) < 2:
+        return False
+    if node.args[1] not in ASSERTS and node.args[1] not in CHECKS:
+        return False
+    if any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
+        return False
+    for user in list(node.users):
+        user.replace_all_uses_with(node.args[0])
+        gm.graph.erase_node(user)
+    log.debug("GE graph: dropped runtime check %s (FX node %%%s): inference graphs do not "
+              "re-check input invariants", node.args[1], node.name)
+    gm.graph.erase_node(node)
+    return True
+
+
 def drop_asserts(gm: torch.fx.GraphModule) -> int:
     dropped = 0
     for node in list(gm.graph.nodes):
+        if node.op == "call_function" and _drop_effect_check(gm, node):
+            dropped += 1
+            continue
         if node.op == "call_function" and node.target in ASSERTS and not node.users:
             log.debug("GE graph: dropped runtime assert %s (FX node %%%s): inference graphs do "
                       "not re-check input invariants", node.target, node.name)

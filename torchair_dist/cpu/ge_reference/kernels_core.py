@@ -65,3 +65,64 @@ def _scatter_elements(spec: OpSpec):
             return torch.scatter(data, a, indices, updates)
         return torch.scatter_reduce(data, a, indices, updates, reduce, include_self=True)
     return run
+
+
+for _t, _fn in {"Zeta": torch.special.zeta, "Igamma": torch.igamma, "Igammac": torch.igammac,
+                "Gcd": torch.gcd, "Ndtri": torch.special.ndtri, "BesselI0e": torch.special.i0e,
+                "BesselI1e": torch.special.i1e, "Cholesky": torch.linalg.cholesky,
+                "MatrixDeterminant": torch.linalg.det}.items():
+    kernel(_t)(_fixed(_fn))
+
+
+# -- TF-style matrix ops: batched over the leading dims, the matrix in the last two --------
+@kernel("MatrixInverse")
+def _matrix_inverse(spec: OpSpec):
+    adjoint = bool(spec.attr("adjoint", False))
+    return lambda x: torch.linalg.inv(x.mH if adjoint else x)
+
+
+@kernel("LogMatrixDeterminant")
+def _log_det(spec: OpSpec):
+    """(sign, log |det|)."""
+    def run(x):
+        sign, logabs = torch.linalg.slogdet(x)
+        return sign, logabs
+    return run
+
+
+@kernel("Svd")
+def _svd(spec: OpSpec):
+    """(sigma, u, v) with x = u diag(sigma) v^H (v itself, not v^H); empty u/v when
+    ``compute_uv`` is false (default true); ``full_matrices`` default false."""
+    compute_uv = bool(spec.attr("compute_uv", True))
+    full = bool(spec.attr("full_matrices", False))
+
+    def run(x):
+        if not compute_uv:
+            return torch.linalg.svdvals(x), x.new_empty(0), x.new_empty(0)
+        u, s, vh = torch.linalg.svd(x, full_matrices=full)
+        return s, u, vh.mH
+    return run
+
+
+@kernel("Qr")
+def _qr(spec: OpSpec):
+    full = bool(spec.attr("full_matrices", False))
+
+    def run(x):
+        q, r = torch.linalg.qr(x, mode="complete" if full else "reduced")
+        return q, r
+    return run
+
+
+@kernel("SelfAdjointEig")
+def _self_adjoint_eig(spec: OpSpec):
+    """(eigenvalues ascending, eigenvectors as columns) of the lower triangle."""
+    compute_v = bool(spec.attr("compute_v", True))
+
+    def run(x):
+        if not compute_v:
+            return torch.linalg.eigvalsh(x), x.new_empty(0)
+        w, v = torch.linalg.eigh(x)
+        return w, v
+    return run

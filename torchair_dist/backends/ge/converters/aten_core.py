@@ -341,3 +341,18 @@ def _scatter_reduce(cx, x, dim, index, src, reduce="sum", *, include_self=True):
                      {"axis": axis, "reduction": "none"}, desc=(dtype, x.shape))
     return cx.emit1("ScatterElements", [("data", x), ("indices", index), ("updates", src)],
                     {"axis": axis, "reduction": _SCATTER_REDUCE[reduce]})
+
+
+# -- special functions GE has an op for ---------------------------------------------------
+register([prims.zeta.default, aten.special_zeta.default], ["Zeta", "Cast", "Const"])(
+    _binary("Zeta", ("x", "q"), "z"))
+register([prims.igamma.default, aten.igamma.default], ["Igamma", "Cast", "Const"])(
+    _binary("Igamma", ("a", "x"), "z"))
+register([prims.igammac.default, aten.igammac.default], ["Igammac", "Cast", "Const"])(
+    _binary("Igammac", ("a", "x"), "z"))
+register([prims.gcd.default, aten.gcd.default], ["Gcd", "Cast", "Const"])(_binary("Gcd"))
+register([prims.ndtri.default, aten.special_ndtri.default], ["Ndtri", "Cast"])(_unary("Ndtri"))
+register([prims.bessel_i0e.default, aten.special_i0e.default], ["BesselI0e", "Cast"])(
+    _unary("BesselI0e"))
+register([prims.bessel_i1e.default, aten.special_i1e.default], ["BesselI1e", "Cast"])(
+    _unary("BesselI1e"))

@@ -1,0 +1,139 @@
+"""Converters: dense linear algebra onto GE's TF-style matrix ops (Cholesky, MatrixInverse,
+MatrixDeterminant, LogMatrixDeterminant, Svd, Qr, SelfAdjointEig).
+
+torch's ``*_ex`` forms also return an ``info`` error code: GE's ops have none, so it is a zero
+Const (these graphs do not check errors, as ``check_errors=False`` asks). Outputs GE cannot
+produce (``_linalg_det``'s LU factors and pivots) are refused when the graph reads them.
+"""
+from __future__ import annotations
+
+import torch
+
+from ....errors import UnsupportedOpError
+from .registry import register
+
+aten = torch.ops.aten
+
+
+def _read(cx, i: int) -> bool:
+    """Whether output ``i`` of the node being converted is read by the graph."""
+    import operator
+
+    return any(u.target is operator.getitem and u.args[1] == i for u in cx.node.users)
+
+
+def _refuse_unread(cx, outputs, what: str) -> None:
+    for i in outputs:
+        if _read(cx, i):
+            raise UnsupportedOpError(f"%{cx.node.name}: {cx.node.target} output {i} ({what}) "
+                                     "has no GE counterpart")
+
+
+def _info(cx, i: int):
+    dtype, shape = cx.out(i)
+    return cx.const(torch.zeros(shape, dtype=dtype))
+
+
+def _work(cx, x):
+    if x.dtype in (torch.float32, torch.float64):
+        return x
+    return cx.cast(x, torch.float32)
+
+
+def _mt(cx, x, desc):
+    """The last two dims swapped."""
+    rank = len(x.shape)
+    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+    return cx.emit1("Transpose", [("x", x), ("perm", cx.const(perm, torch.int64))], None, desc)
+
+
+@register([aten.linalg_cholesky_ex.default], ["Cholesky", "Transpose", "Cast", "Const"])
+def _cholesky(cx, a, upper=False, check_errors=False):
+    dtype, shape = cx.out(0)
+    low = cx.emit1("Cholesky", [("x", _work(cx, a))], None, (_work(cx, a).dtype, shape))
+    y = _mt(cx, low, (low.dtype, shape)) if upper else low
+    return [cx.cast(y, dtype), _info(cx, 1)]
+
+
+@register([aten.cholesky.default], ["Cholesky", "Transpose", "Cast"])
+def _cholesky_old(cx, a, upper=False):
+    dtype, shape = cx.out()
+    x = _work(cx, a)
+    low = cx.emit1("Cholesky", [("x", x)], None, (x.dtype, shape))
+    return cx.cast(_mt(cx, low, (x.dtype, shape)) if upper else low, dtype)
+
+
+@register([aten.linalg_inv_ex.default], ["MatrixInverse", "Cast", "Const"])
+def _inv(cx, a, check_errors=False):
+    dtype, shape = cx.out(0)
+    x = _work(cx, a)
+    y = cx.emit1("MatrixInverse", [("x", x)], {"adjoint": False}, (x.dtype, shape))
+    return [cx.cast(y, dtype), _info(cx, 1)]
+
+
+@register([aten._linalg_det.default], ["MatrixDeterminant", "Cast"])
+def _det(cx, a):
+    _refuse_unread(cx, (1, 2), "LU factors / pivots")
+    dtype, shape = cx.out(0)
+    x = _work(cx, a)
+    det = cx.emit1("MatrixDeterminant", [("x", x)], None, (x.dtype, shape))
+    return [cx.cast(det, dtype), None, None]
+
+
+@register([aten._linalg_slogdet.default], ["LogMatrixDeterminant", "Cast"])
+def _slogdet(cx, a):
+    _refuse_unread(cx, (2, 3), "LU factors / pivots")
+    (dtype, shape) = cx.out(0)
+    x = _work(cx, a)
+    sign, logabs = cx.emit("LogMatrixDeterminant", [("x", x)], None,
+                           [("sign", (x.dtype, shape)), ("y", (x.dtype, shape))])
+    return [cx.cast(sign, dtype), cx.cast(logabs, cx.out(1)[0]), None, None]
+
+
+@register([aten._linalg_svd.default], ["Svd", "Transpose", "Cast", "Const"])
+def _svd(cx, a, full_matrices=False, compute_uv=True, driver=None):
+    (udt, ushape), (sdt, sshape), (vdt, vshape) = cx.out(0), cx.out(1), cx.out(2)
+    x = _work(cx, a)
+    if not compute_uv:
+        s, _, _ = cx.emit("Svd", [("x", x)], {"compute_uv": False,
+                                              "full_matrices": bool(full_matrices)},
+                          [("sigma", (x.dtype, sshape)), ("u", (x.dtype, (0,))),
+                           ("v", (x.dtype, (0,)))])
+        return [cx.const(torch.zeros(ushape, dtype=udt)), cx.cast(s, sdt),
+                cx.const(torch.zeros(vshape, dtype=vdt))]
+    vt = tuple(vshape[:-2]) + (vshape[-1], vshape[-2])
+    s, u, v = cx.emit("Svd", [("x", x)], {"compute_uv": True, "full_matrices": bool(full_matrices)},
+                      [("sigma", (x.dtype, sshape)), ("u", (x.dtype, ushape)),
+                       ("v", (x.dtype, vt))])
+    return [cx.cast(u, udt), cx.cast(s, sdt), cx.cast(_mt(cx, v, (x.dtype, vshape)), vdt)]
+
+
+@register([aten.linalg_qr.default], ["Qr", "Cast"])
+def _qr(cx, a, mode="reduced"):
+    if mode == "r":
+        raise UnsupportedOpError(f"%{cx.node.name}: linalg.qr(mode='r') has no GE lowering")
+    (qdt, qshape), (rdt, rshape) = cx.out(0), cx.out(1)
+    x = _work(cx, a)
+    q, r = cx.emit("Qr", [("x", x)], {"full_matrices": mode == "complete"},
+                   [("q", (x.dtype, qshape)), ("r", (x.dtype, rshape))])
+    return [cx.cast(q, qdt), cx.cast(r, rdt)]
+
+
+@register([aten._linalg_eigh.default], ["SelfAdjointEig", "Transpose", "Cast", "Const"])
+def _eigh(cx, a, UPLO="L", compute_v=True):  # noqa: N803 - torch's name
+    (wdt, wshape), (vdt, vshape) = cx.out(0), cx.out(1)
+    x = _work(cx, a)
+    if UPLO == "U":  # the op reads the lower triangle: hand it the upper one mirrored
+        if compute_v and _read(cx, 1):
+            raise UnsupportedOpError(
+                f"%{cx.node.name}: eigh(UPLO='U') eigenvectors: GE's SelfAdjointEig reads the "
+                "lower triangle, and the mirrored matrix's eigenvectors may differ in sign from "
+                "torch's; use UPLO='L'")
+        x = _mt(cx, x, (x.dtype, x.shape))
+    if not compute_v:
+        w, _ = cx.emit("SelfAdjointEig", [("x", x)], {"compute_v": False},
+                       [("eigen_value", (x.dtype, wshape)), ("eigen_vector", (x.dtype, (0,)))])
+        return [cx.cast(w, wdt), cx.const(torch.zeros(vshape, dtype=vdt))]
+    w, v = cx.emit("SelfAdjointEig", [("x", x)], {"compute_v": True},
+                   [("eigen_value", (x.dtype, wshape)), ("eigen_vector", (x.dtype, vshape))])
+    return [cx.cast(w, wdt), cx.cast(v, vdt)]
