@@ -126,3 +126,10 @@ def _self_adjoint_eig(spec: OpSpec):
         w, v = torch.linalg.eigh(x)
         return w, v
     return run
+
+
+@kernel("MatrixSolve")
+def _matrix_solve(spec: OpSpec):
+    """X with matrix @ X = rhs (matrix^H when ``adjoint``), batched; rhs is [..., M, K]."""
+    adjoint = bool(spec.attr("adjoint", False))
+    return lambda m, rhs: torch.linalg.solve(m.mH if adjoint else m, rhs)

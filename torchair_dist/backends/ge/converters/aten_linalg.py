@@ -137,3 +137,27 @@ def _eigh(cx, a, UPLO="L", compute_v=True):  # noqa: N803 - torch's name
     w, v = cx.emit("SelfAdjointEig", [("x", x)], {"compute_v": True},
                    [("eigen_value", (x.dtype, wshape)), ("eigen_vector", (x.dtype, vshape))])
     return [cx.cast(w, wdt), cx.cast(v, vdt)]
+
+
+@register([aten._linalg_solve_ex.default], ["MatrixSolve", "Unsqueeze", "Squeeze", "Transpose",
+                                            "Cast", "Const"])
+def _solve(cx, a, b, left=True, check_errors=False):
+    """A X = B (``left``) or X A = B (X = (A^T \\ B^T)^T) with GE's MatrixSolve; a vector B
+    (one dim less than A) is solved as a one-column matrix."""
+    _refuse_unread(cx, (1, 2), "LU factors / pivots")
+    dtype, shape = cx.out(0)
+    x, rhs = _work(cx, a), _work(cx, b)
+    vector = len(b.shape) == len(a.shape) - 1
+    if vector:
+        rhs = cx.emit1("Unsqueeze", [("x", rhs)], {"axes": [-1]},
+                       (rhs.dtype, tuple(rhs.shape) + (1,)))
+    if not left:
+        x = _mt(cx, x, (x.dtype, tuple(x.shape[:-2]) + (x.shape[-1], x.shape[-2])))
+        rhs = _mt(cx, rhs, (rhs.dtype, tuple(rhs.shape[:-2]) + (rhs.shape[-1], rhs.shape[-2])))
+    y = cx.emit1("MatrixSolve", [("matrix", x), ("rhs", rhs)], {"adjoint": False},
+                 (x.dtype, rhs.shape))
+    if not left:
+        y = _mt(cx, y, (x.dtype, tuple(y.shape[:-2]) + (y.shape[-1], y.shape[-2])))
+    if vector:
+        y = cx.emit1("Squeeze", [("x", y)], {"axis": [-1]}, (x.dtype, tuple(y.shape[:-1])))
+    return [cx.cast(y, dtype), None, None, _info(cx, 3)]
