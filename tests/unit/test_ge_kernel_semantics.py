@@ -10,7 +10,7 @@ import torch
 
 from torchair_dist.backends.ge.builder import GraphBuilder
 from torchair_dist.backends.ge.registry_check import validate
-from torchair_dist.backends.ge.runtime import ReferenceRuntime
+from torchair_dist.cpu.ge_reference.executor import ReferenceRuntime
 
 
 def run_op(op_type, inputs, attrs=None, outputs=(("y", None),), consts=()):
