@@ -213,14 +213,12 @@ REFUSALS = [
     (("special_", "bessel", "lgamma", "digamma", "polygamma", "igamma", "zeta", "ndtri",
       "erfcx", "i0", "gcd", "frexp"),
      "a special function with no op in the GE registry"),
-    (("median", "nanmedian", "kthvalue", "mode", "logcumsumexp", "cummin", "index_reduce",
-      "searchsorted", "bucketize"),
+    (("median", "nanmedian", "kthvalue", "mode", "index_reduce", "searchsorted", "bucketize"),
      "no converter yet (order statistics / searches)"),
-    (("avg_pool", "adaptive_", "max_pool", "upsample", "grid_sampler_3d", "_cdist", "_pdist",
+    (("avg_pool", "adaptive_", "max_pool", "upsample", "grid_sampler_3d", "_pdist",
       "_trilinear", "convolution"),
      "no converter yet for this pooling/convolution variant"),
-    (("_scaled_mm", "hash_tensor", "empty_permuted", "empty_strided", "as_strided_scatter",
-      "copy_to"),
+    (("_scaled_mm", "hash_tensor", "as_strided_scatter", "copy_to"),
      "not meaningful in a GE graph (float8 scaled matmul / hashing / strided memory layout)"),
 ]
 

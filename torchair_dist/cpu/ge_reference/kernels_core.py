@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from .kernels import _fixed, kernel
-from .opspec import OpSpec
+from .opspec import GeRuntimeError, OpSpec
 
 for _t, _fn in {"Acos": torch.acos, "Asin": torch.asin, "Atan": torch.atan,
                 "Acosh": torch.acosh, "Asinh": torch.asinh, "Atanh": torch.atanh,
@@ -133,3 +133,35 @@ def _matrix_solve(spec: OpSpec):
     """X with matrix @ X = rhs (matrix^H when ``adjoint``), batched; rhs is [..., M, K]."""
     adjoint = bool(spec.attr("adjoint", False))
     return lambda m, rhs: torch.linalg.solve(m.mH if adjoint else m, rhs)
+
+
+@kernel("Cdist")
+def _cdist(spec: OpSpec):
+    """p-norm distance of every row of x1 [..., P, M] to every row of x2 [..., R, M]."""
+    p = float(spec.attr("p", 2.0))
+    return lambda x1, x2: torch.cdist(x1, x2, p=p)
+
+
+@kernel("AvgPoolV2")
+def _avg_pool_v2(spec: OpSpec):
+    """NCHW average pooling: ksize/strides [1, 1, kh, kw], pads [top, bottom, left, right]
+    (CALCULATED mode), ``exclusive`` leaves padding out of the count, ``divisor_override``
+    (0: none) replaces the count, ``ceil_mode`` rounds the output size up."""
+    if spec.attr("data_format", "NCHW") != "NCHW" or spec.attr("padding_mode",
+                                                               "CALCULATED") != "CALCULATED":
+        raise GeRuntimeError(f"AvgPoolV2 {spec.name!r}: only NCHW with CALCULATED padding")
+    k, s = spec.attr("ksize"), spec.attr("strides")
+    top, bottom, left, right = spec.attr("pads", [0, 0, 0, 0])
+    if top != bottom or left != right:
+        raise GeRuntimeError(f"AvgPoolV2 {spec.name!r}: asymmetric pads")
+    exclusive = bool(spec.attr("exclusive", True))
+    divisor = int(spec.attr("divisor_override", 0)) or None
+    ceil = bool(spec.attr("ceil_mode", False))
+    glob = bool(spec.attr("global_pooling", False))
+
+    def run(x):
+        if glob:
+            return x.mean(dim=(2, 3), keepdim=True)
+        return torch.nn.functional.avg_pool2d(x, k[2:], s[2:], (top, left), ceil,
+                                              not exclusive, divisor)
+    return run
