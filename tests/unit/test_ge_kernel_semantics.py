@@ -181,3 +181,119 @@ def test_reduce_prod_default_drops_axes():
     (y,) = run_op("ReduceProd", [("x", x), ("axes", torch.tensor([1]))], consts=("axes",),
                   outputs=[("y", (torch.float32, (2,)))])
     assert y.tolist() == [math.prod(r) for r in x.tolist()]
+
+
+# -- the matrix ops (TF-style: batched over leading dims) checked by their defining identities
+def _spd(n=4, batch=2):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(batch, n, n, generator=g, dtype=torch.float64)
+    return a @ a.mT + n * torch.eye(n, dtype=torch.float64)
+
+
+def test_cholesky_is_lower_and_reconstructs():
+    x = _spd()
+    (low,) = run_op("Cholesky", [("x", x)])
+    assert torch.equal(low, low.tril())
+    torch.testing.assert_close(low @ low.mT, x)
+
+
+def test_matrix_inverse_adjoint_solve_and_determinants():
+    x = _spd()
+    (inv,) = run_op("MatrixInverse", [("x", x)])
+    torch.testing.assert_close(inv @ x, torch.eye(4, dtype=x.dtype).expand(2, 4, 4))
+    (inv_adj,) = run_op("MatrixInverse", [("x", x + torch.triu(x, 1))], {"adjoint": True})
+    torch.testing.assert_close((x + torch.triu(x, 1)).mT @ inv_adj,
+                               torch.eye(4, dtype=x.dtype).expand(2, 4, 4))
+    rhs = torch.randn(2, 4, 3, dtype=x.dtype)
+    (sol,) = run_op("MatrixSolve", [("matrix", x), ("rhs", rhs)],
+                    outputs=[("y", (x.dtype, (2, 4, 3)))])
+    torch.testing.assert_close(x @ sol, rhs)
+    (det,) = run_op("MatrixDeterminant", [("x", x)], outputs=[("y", (x.dtype, (2,)))])
+    sign, logabs = run_op("LogMatrixDeterminant", [("x", -x[:, :3, :3])],
+                          outputs=[("sign", (x.dtype, (2,))), ("y", (x.dtype, (2,)))])
+    for b in range(2):
+        lu = np.linalg.det(x[b].numpy())  # numpy's own determinant
+        assert math.isclose(float(det[b]), lu, rel_tol=1e-9)
+        d3 = np.linalg.det(-x[b, :3, :3].numpy())
+        assert float(sign[b]) == math.copysign(1.0, d3)
+        assert math.isclose(float(logabs[b]), math.log(abs(d3)), rel_tol=1e-9)
+
+
+def test_svd_qr_eig_reconstruct():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 5, 3, generator=g, dtype=torch.float64)
+    s, u, v = run_op("Svd", [("x", x)], outputs=[("sigma", (x.dtype, (2, 3))),
+                                                ("u", (x.dtype, (2, 5, 3))),
+                                                ("v", (x.dtype, (2, 3, 3)))])
+    torch.testing.assert_close(u @ torch.diag_embed(s) @ v.mT, x)  # v, not v^H, is returned
+    assert (s[:, :-1] >= s[:, 1:]).all()
+    q, r = run_op("Qr", [("x", x)], outputs=[("q", (x.dtype, (2, 5, 3))),
+                                             ("r", (x.dtype, (2, 3, 3)))])
+    torch.testing.assert_close(q @ r, x)
+    assert torch.equal(r, r.triu())
+    sym = _spd(3)
+    w, vec = run_op("SelfAdjointEig", [("x", sym)], outputs=[("eigen_value", (x.dtype, (2, 3))),
+                                                             ("eigen_vector", (x.dtype, (2, 3, 3)))])
+    torch.testing.assert_close(sym @ vec, vec * w.unsqueeze(-2))
+    assert (w[:, :-1] <= w[:, 1:]).all()
+
+
+def test_cdist_is_the_p_norm_of_row_differences():
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(2, 3, 4, generator=g), torch.randn(2, 5, 4, generator=g)
+    for p in (None, 1.0):
+        attrs = {} if p is None else {"p": p}
+        (y,) = run_op("Cdist", [("x1", a), ("x2", b)], attrs, outputs=[("y", (a.dtype, (2, 3, 5)))])
+        pp = 2.0 if p is None else p
+        want = [[[sum(abs(float(a[n, i, k] - b[n, j, k])) ** pp for k in range(4)) ** (1 / pp)
+                  for j in range(5)] for i in range(3)] for n in range(2)]
+        np.testing.assert_allclose(y.numpy(), np.array(want), rtol=1e-5)
+
+
+@pytest.mark.parametrize("exclusive", [True, False])
+def test_avg_pool_v2_padding_count(exclusive):
+    x = torch.arange(16, dtype=torch.float32).reshape(1, 1, 4, 4)
+    (y,) = run_op("AvgPoolV2", [("x", x)], {"ksize": [1, 1, 3, 3], "strides": [1, 1, 2, 2],
+                                            "pads": [1, 1, 1, 1], "exclusive": exclusive},
+                  outputs=[("y", (x.dtype, (1, 1, 2, 2)))])
+    grid = x[0, 0].tolist()
+    want = []
+    for oi in range(2):
+        row = []
+        for oj in range(2):
+            cells = [grid[i][j] for i in range(oi * 2 - 1, oi * 2 + 2)
+                     for j in range(oj * 2 - 1, oj * 2 + 2) if 0 <= i < 4 and 0 <= j < 4]
+            row.append(sum(cells) / (len(cells) if exclusive else 9))
+        want.append(row)
+    np.testing.assert_allclose(y[0, 0].numpy(), np.array(want), rtol=1e-6)
+
+
+def test_special_functions():
+    x = torch.tensor([2.0, 3.0, 4.5], dtype=torch.float64)
+    q = torch.tensor([1.0, 2.0, 0.5], dtype=torch.float64)
+    (z,) = run_op("Zeta", [("x", x), ("q", q)], outputs=[("z", None)])
+    hurwitz = [sum((qq + k) ** -xx for k in range(200000)) for xx, qq in zip(x.tolist(), q.tolist())]
+    np.testing.assert_allclose(z.numpy(), hurwitz, rtol=1e-4)  # the series, truncated
+    a, v = torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor([0.5, 3.0], dtype=torch.float64)
+    (lo,) = run_op("Igamma", [("a", a), ("x", v)], outputs=[("z", None)])
+    (hi,) = run_op("Igammac", [("a", a), ("x", v)], outputs=[("z", None)])
+    # P(1, x) = 1 - e^-x; P(2, x) = 1 - e^-x (1 + x); Q = 1 - P
+    want = [1 - math.exp(-0.5), 1 - math.exp(-3.0) * 4.0]
+    np.testing.assert_allclose(lo.numpy(), want, rtol=1e-10)
+    np.testing.assert_allclose(hi.numpy(), [1 - w for w in want], rtol=1e-10)
+    (g,) = run_op("Gcd", [("x1", torch.tensor([12, -18, 7])), ("x2", torch.tensor([18, 12, 0]))])
+    assert g.tolist() == [math.gcd(12, 18), math.gcd(-18, 12), math.gcd(7, 0)]
+    p = torch.tensor([0.1, 0.5, 0.975], dtype=torch.float64)
+    (nd,) = run_op("Ndtri", [("x", p)])
+    np.testing.assert_allclose(elementwise(lambda t: 0.5 * math.erfc(-t / math.sqrt(2)), nd),
+                               p.numpy(), rtol=1e-10)
+    t = torch.tensor([0.5, 2.0], dtype=torch.float64)
+    (i0e,) = run_op("BesselI0e", [("x", t)])
+    (i1e,) = run_op("BesselI1e", [("x", t)])
+    i0 = [sum((v / 2) ** (2 * k) / math.factorial(k) ** 2 for k in range(40)) for v in t.tolist()]
+    i1 = [sum((v / 2) ** (2 * k + 1) / (math.factorial(k) * math.factorial(k + 1))
+              for k in range(40)) for v in t.tolist()]
+    np.testing.assert_allclose(i0e.numpy(), [math.exp(-v) * w for v, w in zip(t.tolist(), i0)],
+                               rtol=1e-12)
+    np.testing.assert_allclose(i1e.numpy(), [math.exp(-v) * w for v, w in zip(t.tolist(), i1)],
+                               rtol=1e-12)
