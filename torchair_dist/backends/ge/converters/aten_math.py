@@ -117,7 +117,14 @@ for _op, _ge in [(aten.neg.default, "Neg"), (aten.abs.default, "Abs"),
                  (aten.round.default, "Round"), (aten.sign.default, "Sign"),
                  (aten.log1p.default, "Log1p"), (aten.expm1.default, "Expm1")]:
     register([_op], [_ge, "Cast"])(_unary(_ge))
-register([aten.silu.default], ["Swish", "Cast"])(_unary("Swish", scale=1.0))
+@register([aten.silu.default], ["Swish", "Cast"])
+def _silu(cx, x):
+    if x.dtype.is_complex:
+        from ....errors import UnsupportedOpError
+
+        raise UnsupportedOpError(f"%{cx.node.name}: silu of a complex tensor: GE's Swish takes "
+                                 "real dtypes only")
+    return _unary("Swish", scale=1.0)(cx, x)
 register([aten.trunc.default], ["Trunc", "Cast"])(_unary("Trunc", "input_x", "output_y"))
 
 
