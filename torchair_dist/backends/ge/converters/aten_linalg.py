@@ -161,3 +161,45 @@ def _solve(cx, a, b, left=True, check_errors=False):
     if vector:
         y = cx.emit1("Squeeze", [("x", y)], {"axis": [-1]}, (x.dtype, tuple(y.shape[:-1])))
     return [cx.cast(y, dtype), None, None, _info(cx, 3)]
+
+
+def _tri_solve(cx, a, b, lower: bool, adjoint: bool, shape):
+    return cx.emit1("MatrixTriangularSolve", [("matrix", a), ("rhs", b)],
+                    {"lower": lower, "adjoint": adjoint}, (a.dtype, tuple(shape)))
+
+
+@register([aten.triangular_solve.default], ["MatrixTriangularSolve", "Identity", "Cast"])
+def _triangular_solve(cx, b, a, upper=True, transpose=False, unitriangular=False):
+    """(X with op(A) X = B, a copy of A); op(A) = A^T when ``transpose``."""
+    if unitriangular:
+        raise UnsupportedOpError(f"%{cx.node.name}: triangular_solve(unitriangular=True) has no "
+                                 "GE lowering (MatrixTriangularSolve reads the diagonal)")
+    (xdt, xshape), (adt, ashape) = cx.out(0), cx.out(1)
+    a_w, b_w = _work(cx, a), _work(cx, b)
+    x = _tri_solve(cx, a_w, b_w, not upper, bool(transpose), xshape)
+    copy = cx.emit1("Identity", [("x", a)], None, (a.dtype, a.shape))
+    return [cx.cast(x, xdt), cx.cast(copy, adt)]
+
+
+def _chol_solve(cx, b, factor, upper: bool, shape):
+    """X with (L L^H) X = B (L = factor, lower) or (U^H U) X = B (``upper``)."""
+    if upper:  # U^H y = b, then U x = y
+        y = _tri_solve(cx, factor, b, False, True, shape)
+        return _tri_solve(cx, factor, y, False, False, shape)
+    y = _tri_solve(cx, factor, b, True, False, shape)
+    return _tri_solve(cx, factor, y, True, True, shape)
+
+
+@register([aten.cholesky_solve.default], ["MatrixTriangularSolve", "Cast"])
+def _cholesky_solve(cx, b, factor, upper=False):
+    dtype, shape = cx.out()
+    return cx.cast(_chol_solve(cx, _work(cx, b), _work(cx, factor), bool(upper), shape), dtype)
+
+
+@register([aten.cholesky_inverse.default], ["MatrixTriangularSolve", "Cast", "Const"])
+def _cholesky_inverse(cx, factor, upper=False):
+    dtype, shape = cx.out()
+    f = _work(cx, factor)
+    n = shape[-1]
+    eye = cx.const(torch.eye(n, dtype=f.dtype).expand(tuple(shape)).contiguous())
+    return cx.cast(_chol_solve(cx, eye, f, bool(upper), shape), dtype)
