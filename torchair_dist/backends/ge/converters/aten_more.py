@@ -15,10 +15,13 @@ aten = torch.ops.aten
 def _addbmm(cx, bias, b1, b2, *, beta=1, alpha=1):
     """beta * bias + alpha * sum_i b1[i] @ b2[i]."""
     dtype, shape = cx.out()
+    # the batch sum accumulates in float32 for low-precision inputs (as torch's kernel does)
+    work = torch.float32 if b1.dtype in (torch.bfloat16, torch.float16) else b1.dtype
+    b1, b2 = cx.cast(b1, work), cx.cast(b2, work)
     bmm = cx.emit1("BatchMatMulV2", [("x1", b1), ("x2", b2)], {"adj_x1": False, "adj_x2": False},
-                   (b1.dtype, (b1.shape[0], b1.shape[1], b2.shape[2])))
+                   (work, (b1.shape[0], b1.shape[1], b2.shape[2])))
     y = cx.emit1("ReduceSum", [("x", bmm), ("axes", cx.const([0], torch.int64))],
-                 {"keep_dims": False}, (b1.dtype, shape))
+                 {"keep_dims": False}, (work, shape))
     y = cx.cast(y, dtype)
     if alpha != 1:
         y = cx.emit1("Mul", [("x1", y), ("x2", cx.const(alpha, dtype))])
