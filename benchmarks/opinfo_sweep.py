@@ -298,8 +298,9 @@ def summarize(rows: List[Dict[str, Any]], modes: Sequence[str]) -> Dict[str, Dic
 
 def render(summary: Dict[str, Dict[str, int]], rows: List[Dict[str, Any]], dtype: str,
            total: int) -> str:
-    lines = [f"OpInfo `op_db` ({total} entries, one sample each, {dtype} or the entry's first "
-             f"supported dtype); capturable = one graph with torch's `eager` backend.", "",
+    lines = [f"OpInfo `op_db` of torch {torch.__version__} ({total} entries, one sample each, "
+             f"{dtype} or the entry's first supported dtype); capturable = one graph with "
+             f"torch's `eager` backend.", "",
              "| mode | capturable | ok | ok via decomposition | refused | error | wrong |",
              "|---|---|---|---|---|---|---|"]
     for mode, s in summary.items():
