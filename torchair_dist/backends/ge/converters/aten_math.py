@@ -100,8 +100,13 @@ def _not(cx, x):
 
 
 # -- unary elementwise: computed in the output dtype ------------------------------------------
+_INTEGER_IDENTITY = frozenset({"Floor", "Ceil", "Round", "Trunc"})
+
+
 def _unary(ge_type: str, port: str = "x", out_port: str = "y", **attrs):
     def conv(cx, x):
+        if ge_type in _INTEGER_IDENTITY and not cx.out_dtype.is_floating_point:
+            return cx.emit1("Identity", [("x", x)])  # rounding an integer changes nothing
         return cx.emit1(ge_type, [(port, cx.cast(x, cx.out_dtype))], dict(attrs) or None,
                         port=out_port)
     return conv
@@ -116,7 +121,7 @@ for _op, _ge in [(aten.neg.default, "Neg"), (aten.abs.default, "Abs"),
                  (aten.floor.default, "Floor"), (aten.ceil.default, "Ceil"),
                  (aten.round.default, "Round"), (aten.sign.default, "Sign"),
                  (aten.log1p.default, "Log1p"), (aten.expm1.default, "Expm1")]:
-    register([_op], [_ge, "Cast"])(_unary(_ge))
+    register([_op], [_ge, "Cast", "Identity"])(_unary(_ge))
 @register([aten.silu.default], ["Swish", "Cast"])
 def _silu(cx, x):
     if x.dtype.is_complex:
@@ -125,7 +130,7 @@ def _silu(cx, x):
         raise UnsupportedOpError(f"%{cx.node.name}: silu of a complex tensor: GE's Swish takes "
                                  "real dtypes only")
     return _unary("Swish", scale=1.0)(cx, x)
-register([aten.trunc.default], ["Trunc", "Cast"])(_unary("Trunc", "input_x", "output_y"))
+register([aten.trunc.default], ["Trunc", "Cast", "Identity"])(_unary("Trunc", "input_x", "output_y"))
 
 
 @register([aten.gelu.default], ["GeluV2", "Cast"])

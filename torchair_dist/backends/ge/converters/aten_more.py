@@ -54,6 +54,14 @@ def _logcumsumexp(cx, x, dim):
 def _kth(cx, x, k: int, dim: int, keepdim: bool, with_index: bool):
     """The k-th smallest (0-based) along ``dim``: a stable ascending Sort and a gather."""
     rank = len(x.shape)
+    if with_index and not x.dtype.is_floating_point:
+        from .aten_linalg import _read
+
+        if _read(cx, 1):
+            raise UnsupportedOpError(
+                f"%{cx.node.name}: {cx.node.target} indices of an integer tensor: among equal "
+                "values torch does not specify which index it returns, and the stable Sort "
+                "this lowers to may pick another one")
     if rank == 0:
         return [x, cx.const(0, torch.int64)] if with_index else x
     d = dim % rank
