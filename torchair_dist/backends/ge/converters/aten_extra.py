@@ -149,6 +149,7 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
     one runs with H = 1. The bias is added after (Conv2D's bias input has no bf16)."""
     from ....errors import UnsupportedOpError
 
+    cx.require_float(x, "Conv2D")
     rank = len(x.shape)
     if transposed or rank not in (3, 4):
         raise UnsupportedOpError(f"%{cx.node.name}: only 1-D/2-D forward convolutions have a GE "

@@ -235,16 +235,19 @@ def _topk(cx, x, k, dim=-1, largest=True, sorted=True):
 # -- matmuls ---------------------------------------------------------------------------------
 @register([aten.mm.default], ["MatMulV2"])
 def _mm(cx, a, b):
+    cx.require_float(a, "MatMulV2")
     return cx.emit1("MatMulV2", [("x1", a), ("x2", b)], {"transpose_x1": False, "transpose_x2": False})
 
 
 @register([aten.bmm.default], ["BatchMatMulV2"])
 def _bmm(cx, a, b):
+    cx.require_float(a, "BatchMatMulV2")
     return cx.emit1("BatchMatMulV2", [("x1", a), ("x2", b)], {"adj_x1": False, "adj_x2": False})
 
 
 @register([aten.addmm.default], ["MatMulV2", "Add", "Mul", "Const"])
 def _addmm(cx, bias, a, b, *, beta=1, alpha=1):
+    cx.require_float(a, "MatMulV2")
     dtype, shape = cx.out()
     if beta == 1 and alpha == 1 and len(bias.shape) == 1:
         return cx.emit1("MatMulV2", [("x1", a), ("x2", b), ("bias", bias)],

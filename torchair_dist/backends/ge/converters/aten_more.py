@@ -14,6 +14,7 @@ aten = torch.ops.aten
 @register([aten.addbmm.default], ["BatchMatMulV2", "ReduceSum", "Mul", "Add", "Cast", "Const"])
 def _addbmm(cx, bias, b1, b2, *, beta=1, alpha=1):
     """beta * bias + alpha * sum_i b1[i] @ b2[i]."""
+    cx.require_float(b1, "BatchMatMulV2")
     dtype, shape = cx.out()
     # the batch sum accumulates in float32 for low-precision inputs (as torch's kernel does)
     work = torch.float32 if b1.dtype in (torch.bfloat16, torch.float16) else b1.dtype
@@ -114,6 +115,7 @@ def _empty(cx, *args, **kwargs):
 @register([aten.avg_pool2d.default], ["AvgPoolV2", "Reshape", "Cast", "Const"])
 def _avg_pool2d(cx, x, kernel_size, stride=(), padding=0, ceil_mode=False,
                 count_include_pad=True, divisor_override=None):
+    cx.require_float(x, "AvgPoolV2")
     dtype, shape = cx.out()
     k = list(kernel_size) * (2 if len(kernel_size) == 1 else 1)
     s = list(stride or k)

@@ -118,6 +118,14 @@ class ConvertContext:
         return [self.cast(r, torch.bfloat16) if isinstance(d, tuple) and d[0] == torch.bfloat16
                 else r for r, (_, d) in zip(refs, outputs)]
 
+    def require_float(self, x: TensorRef, ge_type: str) -> None:
+        """Refuse an integer/bool operand of a GE op whose IR computes in floating point only
+        (MatMulV2, Conv2D, AvgPoolV2 take no int64/int32 here)."""
+        if not (x.dtype.is_floating_point or x.dtype.is_complex):
+            raise UnsupportedOpError(
+                f"%{self.node.name}: {self.node.target} of a {x.dtype} tensor: GE's {ge_type} "
+                "takes floating-point inputs only (cast to float before the op)")
+
     def sinks_reading(self, op_name: str) -> List[str]:
         """The ops emitted so far that depend on ``op_name``'s outputs (directly or through
         other ops) and feed none of the others: once they ran, every reader of it has run."""
