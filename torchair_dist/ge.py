@@ -14,7 +14,7 @@ The converter gets the node's arguments with every tensor a :class:`Tensor` (lis
 Python numbers stay numbers) and ``meta_outputs``: a :class:`TensorSpec` of the node's output
 (a list of them for a tuple output). It returns a :class:`Tensor` or a tuple/list of them.
 Ops are emitted with :func:`custom_op` (any op type of the GE registry), :func:`Const` and
-:func:`Cast`. On this machine the graph runs on the CPU reference executor, which has a kernel
+:func:`Cast` and :func:`Clone`. On this machine the graph runs on the CPU reference executor, which has a kernel
 for the op types the built-in converters emit (``custom_op`` of another type converts and
 validates, and fails to load there with a message naming the op type).
 """
@@ -136,6 +136,16 @@ def Cast(x: Tensor, *, dst_type: Any, dependencies: Sequence[Tensor] = (),  # no
     return Tensor(out)
 
 
+def Clone(x: Tensor, *, dependencies: Sequence[Tensor] = (),  # noqa: N802
+          node_name: Optional[str] = None) -> Tensor:
+    """A copy of ``x`` (GE ``Identity``), ordered after ``dependencies``."""
+    cx = _cx()
+    ref = _ref(x)
+    (out,) = cx.emit("Identity", [("x", ref)], None, [("y", (ref.dtype, ref.shape))],
+                     control=[_ref(d) for d in dependencies])
+    return Tensor(out)
+
+
 def custom_op(op_type: str, *args: Any, inputs: Optional[Dict[str, Any]] = None,
               outputs: Optional[Sequence[str]] = None, attrs: Optional[Dict[str, Any]] = None,
               node_name: Optional[str] = None) -> Union[Tensor, tuple]:
@@ -252,5 +262,6 @@ def register_fx_node_ge_converter(aten_op: Any) -> Callable[[Callable], Callable
     return deco
 
 
-__all__ = ["register_fx_node_ge_converter", "custom_op", "Const", "Cast", "DataType", "Format",
+__all__ = ["register_fx_node_ge_converter", "custom_op", "Const", "Cast", "Clone", "DataType",
+           "Format",
            "Tensor", "TensorSpec", "attr", "GeConverterError"]

@@ -75,7 +75,7 @@ def test_user_converter_with_two_outputs_cast_and_attrs(monkeypatch):
         m = ge.custom_op("ReduceMax", inputs={"x": x, "axes": axes}, outputs=["y"],
                          attrs={"keep_dims": False})
         s = ge.Cast(ge.Cast(s, dst_type=ge.DataType.DT_DOUBLE), dst_type=torch.float32)
-        return s, m
+        return s, ge.Clone(m, dependencies=[s])
 
     x = torch.randn(2, 5)
     fn = _compile(lambda a: torch.ops.tdist_api_test.sum_and_max(a))
@@ -114,6 +114,7 @@ def test_refusal_names_the_public_api():
 
 def test_public_names():
     assert torchair_dist.register_fx_node_ge_converter is register_fx_node_ge_converter
-    for name in ("custom_op", "Const", "Cast", "DataType", "Format", "Tensor", "TensorSpec"):
+    for name in ("custom_op", "Const", "Cast", "Clone", "DataType", "Format", "Tensor",
+                 "TensorSpec"):
         assert hasattr(torchair_dist.ge, name)
     assert ge.Format.FORMAT_ND == 2
