@@ -4,8 +4,10 @@ Public API: ``get_npu_backend``, ``get_compiler``, ``CompilerConfig``, ``cache_c
 the stream/event helpers (``npu_stream_switch``, ``npu_wait_tensor``, tagged events), and
 ``capture_report`` (ACL-graph captures/replays/recaptures per graph key). TorchAir's other
 names: the submodules ``inference``, ``scope``, ``ops`` and :mod:`.compat` (``logger``,
-``register_replacement``, ``patch_for_hcom``, ``use_internal_format_weight``, ``compile_fx``);
-``import torchair_dist as torchair`` runs TorchAir scripts (README: "Coming from TorchAir").
+``register_replacement``, ``patch_for_hcom``, ``use_internal_format_weight``, ``compile_fx``),
+and the converter API for users' ops: ``register_fx_node_ge_converter`` and the ``ge``
+namespace; ``import torchair_dist as torchair`` runs TorchAir scripts (README: "Coming from
+TorchAir").
 """
 from .torch_compat import check_torch_version as _check_torch_version
 
@@ -18,6 +20,8 @@ from .collectives import remap as _remap  # noqa: E402
 from .compiler import get_compiler  # noqa: E402
 from .configs import CompilerConfig  # noqa: E402
 from .export import dynamo_export  # noqa: E402
+from . import ge  # noqa: E402
+from .ge import register_fx_node_ge_converter  # noqa: E402
 from .streams import (npu_create_tagged_event, npu_record_tagged_stream,  # noqa: E402
                       npu_stream_switch,
                       npu_stream_wait_stream, npu_tagged_event_record, npu_tagged_event_wait,
@@ -36,4 +40,5 @@ __all__ = ["get_npu_backend", "get_compiler", "CompilerConfig", "cache_compile",
            "npu_tagged_event_record", "npu_tagged_event_wait", "npu_stream_wait_stream",
            "npu_record_tagged_stream", "capture_report", "reset_capture_report", "__version__",
            "inference", "ops", "scope", "compile_fx", "logger", "npu_format_cast_via_cpu",
-           "patch_for_hcom", "register_replacement", "use_internal_format_weight"]
+           "patch_for_hcom", "register_replacement", "use_internal_format_weight",
+           "register_fx_node_ge_converter", "ge"]

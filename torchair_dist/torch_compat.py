@@ -150,10 +150,16 @@ PRIVATE_APIS: Dict[str, str] = {
                                      "built while AOT traces under fake tensors",
     "torch._library.fake_class_registry": "FakeScriptObject: process groups as graph inputs",
     "torch._decomp.get_decompositions": "the platform's decomposition patches",
+    "torch._decomp.core_aten_decompositions": "GE lowering: ops without a converter decompose",
+    "torch._decomp.decomposition_table": "GE lowering: the rest of torch's decompositions",
+    "torch._higher_order_ops.effects": "with_effects: GE drops wrapped error checks; the record "
+                                       "capture records the wrapped op (new_token_tensor)",
     "torch.utils._pytree": "cache_compile flattens arguments and outputs (entries below)",
     "torch.utils._pytree.tree_flatten": "cache keys and records",
     "torch.utils._pytree.SUPPORTED_NODES": "cache keys look into dataclasses pytree does not "
                                            "know",
+    "torch.utils._pytree.tree_leaves": "GE lowering: a node's FX inputs",
+    "torch.utils._pytree.tree_map": "GE lowering: outputs of a widened decomposition cast back",
     "torch.utils._pytree.tree_unflatten": "a loaded entry rebuilds the outputs",
     "torch.utils._pytree.treespec_dumps": "an entry stores its output structure",
     "torch.utils._pytree.treespec_loads": "a loaded entry reads its output structure",

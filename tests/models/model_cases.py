@@ -312,3 +312,79 @@ def llama_cache_flat_call_case(rank, world, mode, cache_dir, calls=3):
     (entry,) = warm.loaded.values()
     return {"sources": sources, "generated_call": getattr(entry, "fast", None) is not None,
             "fast_keyed": len(warm._by_fast_key), "diff": diff}
+
+
+# ------------------------------------------------- (d) MoE top-1 router, fixed capacity
+ROUTER_TOKENS, ROUTER_HIDDEN, ROUTER_FFN, ROUTER_CAP = 12, 16, 32, 4
+
+
+class CapacityRouterMoE(nn.Module):
+    """Top-1 routing into a fixed-capacity buffer (Switch-Transformer style), one expert per
+    rank: ``one_hot`` of each token's expert, ``cumsum`` over tokens gives its slot in that
+    expert's buffer, tokens past ``ROUTER_CAP`` are dropped (they keep the residual only).
+    The [world, CAP, H] buffer goes to the experts with one equal-split
+    ``all_to_all_single`` and comes back with another."""
+
+    def __init__(self, rank: int, world: int, seed: int = 0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.rank, self.world = rank, world
+        self.gate = nn.Parameter(torch.randn(world, ROUTER_HIDDEN, generator=g))
+        experts = [(torch.randn(ROUTER_FFN, ROUTER_HIDDEN, generator=g) / ROUTER_HIDDEN**0.5,
+                    torch.randn(ROUTER_HIDDEN, ROUTER_FFN, generator=g) / ROUTER_FFN**0.5)
+                   for _ in range(world)]
+        self.all_experts = experts
+        self.w1 = nn.Parameter(experts[rank][0].clone())
+        self.w2 = nn.Parameter(experts[rank][1].clone())
+
+    def route(self, x):
+        """(dispatch mask [T, E, CAP] in x's dtype, gate weight [T])."""
+        scores = torch.softmax(F.linear(x, self.gate), dim=-1)      # [T, E]
+        weight, expert = scores.max(dim=-1)                         # top-1
+        mask = F.one_hot(expert, num_classes=self.world)            # [T, E] int64
+        slot = torch.cumsum(mask, dim=0) * mask - 1                  # slot in the buffer
+        keep = (slot >= 0) & (slot < ROUTER_CAP)
+        slot_mask = F.one_hot(slot.clamp(0, ROUTER_CAP - 1), num_classes=ROUTER_CAP)
+        dispatch = (slot_mask * keep.unsqueeze(-1)).to(x.dtype)      # [T, E, CAP]
+        return dispatch, weight
+
+    @staticmethod
+    def expert(h, w1, w2):
+        return F.linear(F.silu(F.linear(h, w1)), w2)
+
+    def forward(self, x):
+        dispatch, weight = self.route(x)
+        buffer = torch.einsum("tec,th->ech", dispatch, x).reshape(-1, ROUTER_HIDDEN)
+        received = torch.empty_like(buffer)
+        dist.all_to_all_single(received, buffer)                     # [src rank * CAP, H]
+        y = self.expert(received, self.w1, self.w2)
+        back = torch.empty_like(y)
+        dist.all_to_all_single(back, y)                              # [expert * CAP, H]
+        back = back.reshape(self.world, ROUTER_CAP, ROUTER_HIDDEN)
+        return x + torch.einsum("tec,ech->th", dispatch * weight[:, None, None], back)
+
+    def reference(self, x):
+        """Token by token in one process: every expert local, the same capacity rule."""
+        scores = torch.softmax(F.linear(x, self.gate), dim=-1)
+        out = x.clone()
+        used = [0] * self.world
+        for t in range(x.shape[0]):
+            e = int(scores[t].argmax())
+            if used[e] < ROUTER_CAP:
+                w1, w2 = self.all_experts[e]
+                out[t] += scores[t, e] * self.expert(x[t:t + 1], w1, w2)[0]
+            used[e] += 1
+        return out
+
+
+def router_case(rank, world, mode):
+    torch.set_num_threads(1)
+    moe = CapacityRouterMoE(rank, world).eval()
+    x = torch.randn(ROUTER_TOKENS, ROUTER_HIDDEN,
+                    generator=torch.Generator().manual_seed(20 + rank))
+    res = compile_and_compare(moe, (x,), mode)
+    with torch.no_grad():
+        res["ref_diff"] = (moe.reference(x) - res.pop("expected")).abs().max().item()
+        dispatch, _ = moe.route(x)
+        res["dropped"] = int(ROUTER_TOKENS - dispatch.sum().item())
+    return res

@@ -36,7 +36,7 @@ LEVELS = {
     "torchair_dist.backends.": 3, "torchair_dist.cpu.": 3,
     "torchair_dist.platform.stand_ins": 3,  # the chooser: imports the CPU wing
     "torchair_dist.pipeline": 4, "torchair_dist.compiler": 4, "torchair_dist.fx_summary": 4,
-    "torchair_dist.aot_direct": 4,
+    "torchair_dist.aot_direct": 4, "torchair_dist.ge": 4,
     "torchair_dist.backend": 5,
     "torchair_dist.export": 6, "torchair_dist.cache.": 6, "torchair_dist.docs": 6,
     "torchair_dist.inference": 6, "torchair_dist.compat": 6, "torchair_dist.torchair_surface": 6,

@@ -87,6 +87,27 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
+def _record_with_effects(mode, token, op, *args, **kwargs):
+    """AOT wraps side-effect ops (``_linalg_check_errors`` of linalg.inv/solve/cholesky, ...)
+    in ``with_effects(token, op, ...)``; the token only orders them. Record the op itself
+    (re-entering the recorder, which a mode rule runs without) and hand back a fresh token."""
+    from torch._higher_order_ops.effects import new_token_tensor
+
+    with mode:
+        out = op(*args, **kwargs)
+    return (new_token_tensor(), *out) if isinstance(out, tuple) else (new_token_tensor(), out)
+
+
+def _install_effects_rule() -> None:
+    from torch._higher_order_ops.effects import with_effects
+
+    if _Recorder not in with_effects.python_key_table:
+        with_effects.py_impl(_Recorder)(_record_with_effects)
+
+
+_install_effects_rule()
+
+
 class _NodeTracker(torch.fx.Interpreter):
     """Runs the graph node by node, remembering the current node (for source lines)."""
 

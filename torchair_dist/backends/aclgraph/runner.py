@@ -319,7 +319,12 @@ def _key_and_entry(shape_indices, ptr_indices, examples, fast, slow, slow_direct
     the fast table does not answer."""
     shapes = []
     for i in shape_indices:
-        if isinstance(examples[i], torch.Tensor):  # AOT feeds a tensor where it traced one
+        example = examples[i]
+        if isinstance(example, torch.Tensor) and example.numel() == 0 and example.dim() == 1:
+            # maybe an effect token (side-effect ops such as _linalg_check_errors): traced as
+            # an empty tensor, fed as None at run time
+            shapes.append(f"(A[{i}].shape if A[{i}] is not None else None)")
+        elif isinstance(example, torch.Tensor):  # AOT feeds a tensor where it traced one
             shapes.append(f"A[{i}].shape")
         else:
             shapes.append(f"(A[{i}] if isinstance(A[{i}], _SCALARS) else None)")

@@ -14,6 +14,7 @@ from .builder import GraphBuilder, TensorRef, set_attr
 from .converters import lookup, target_key
 from .converters.aten_update import check_planned, plan_inplace
 from .converters.context import ConvertContext, meta_desc
+from .lowering import decompose_unconverted, refusal_reason
 from .proto import ModelDef
 
 
@@ -55,8 +56,8 @@ def _unsupported(gm: torch.fx.GraphModule) -> List[str]:
     lines = []
     for node in gm.graph.nodes:
         if node.op == "call_function" and lookup(node.target) is None:
-            lines.append(f"  {target_key(node.target)} (FX node %{node.name}: {node.format_node()}; "
-                         f"at {source_line(node)})")
+            lines.append(f"  {target_key(node.target)}: {refusal_reason(node.target)} "
+                         f"(FX node %{node.name}: {node.format_node()}; at {source_line(node)})")
         elif node.op in ("call_module", "call_method"):
             lines.append(f"  {node.op} {node.target} (FX node %{node.name}; at {source_line(node)})")
     return lines
@@ -68,9 +69,11 @@ def check_supported(gm: torch.fx.GraphModule, graph_name: str = "graph") -> None
     if lines:
         raise UnsupportedOpError(
             f"max-autotune (GE) cannot convert {len(lines)} op(s) of {graph_name}; no GE "
-            f"converter is registered for:\n" + "\n".join(lines) + "\nRegister a converter in "
-            "torchair_dist.backends.ge.converters, or compile this model with "
-            "mode='npugraph_ex' (or debug.run_eagerly=True to run the FX graph as is).")
+            f"converter is registered (and PyTorch has no decomposition into converted ops) "
+            f"for:\n" + "\n".join(lines) + "\nRegister one with "
+            "@torchair_dist.register_fx_node_ge_converter(<the aten op>) (see the README), or "
+            "compile this model with mode='npugraph_ex' (or debug.run_eagerly=True to run the "
+            "FX graph as is).")
 
 
 def _placeholder_val(node: torch.fx.Node, example: Any) -> Any:
@@ -88,6 +91,7 @@ def convert_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph
     KV-cache style indexed updates are in place either way (:func:`plan_inplace`)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+    decompose_unconverted(gm)
     check_supported(gm, graph_name)
     with unset_fake_temporarily():  # Const values must be real tensors even under AOT's fake mode
         return _convert(gm, example_inputs, graph_name, rank, world_size, ref_data)

@@ -87,15 +87,41 @@ def _truncdiv(spec: OpSpec):
     return lambda a, b: torch.div(a, b, rounding_mode="trunc")
 
 
-def _log_base(spec: OpSpec, fn):
-    base, scale, shift = spec.attr("base", -1.0), spec.attr("scale", 1.0), spec.attr("shift", 0.0)
+def _base_scale_shift(spec: OpSpec):
+    return spec.attr("base", -1.0), spec.attr("scale", 1.0), spec.attr("shift", 0.0)
+
+
+@kernel("Exp")
+def _exp(spec: OpSpec):
+    """y = base ** (shift + scale * x); base -1 means e."""
+    base, scale, shift = _base_scale_shift(spec)
     if base == -1.0 and scale == 1.0 and shift == 0.0:
+        return torch.exp
+    if base <= 0 and base != -1.0:
+        raise GeRuntimeError(f"Exp {spec.name!r}: base must be > 0 or -1, got {base}")
+    log_base = 1.0 if base == -1.0 else float(torch.log(torch.tensor(base, dtype=torch.float64)))
+    return lambda x: torch.exp((shift + scale * x) * log_base)
+
+
+@kernel("Log")
+def _log(spec: OpSpec):
+    """y = log_base(shift + scale * x); base -1 means e."""
+    base, scale, shift = _base_scale_shift(spec)
+    if base == -1.0 and scale == 1.0 and shift == 0.0:
+        return torch.log
+    if base <= 0 and base != -1.0:
+        raise GeRuntimeError(f"Log {spec.name!r}: base must be > 0 or -1, got {base}")
+    if base == 2.0:
+        fn = torch.log2
+    elif base == 10.0:
+        fn = torch.log10
+    else:
+        log_base = 1.0 if base == -1.0 else float(torch.log(torch.tensor(base,
+                                                                            dtype=torch.float64)))
+        fn = lambda v: torch.log(v) / log_base  # noqa: E731
+    if scale == 1.0 and shift == 0.0:
         return fn
-    raise GeRuntimeError(f"{spec.type} {spec.name!r}: base/scale/shift attributes not supported")
-
-
-kernel("Exp")(lambda spec: _log_base(spec, torch.exp))
-kernel("Log")(lambda spec: _log_base(spec, torch.log))
+    return lambda x: fn(shift + scale * x)
 
 
 @kernel("Swish")

@@ -101,6 +101,8 @@ def _safe_softmax(cx, x, dim, dtype=None):
 def _logsumexp(cx, x, dim, keepdim=False):
     dtype = cx.out_dtype
     rank = len(x.shape)
+    if rank == 0:  # logsumexp of one element is that element
+        return cx.cast(x, dtype)
     axes = [d % rank for d in dim] if dim else list(range(rank))
     return cx.emit1("ReduceLogSumExp", [("x", cx.cast(x, dtype)),
                                         ("axes", cx.const(axes, torch.int64))],
@@ -147,6 +149,7 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
     one runs with H = 1. The bias is added after (Conv2D's bias input has no bf16)."""
     from ....errors import UnsupportedOpError
 
+    cx.require_float(x, "Conv2D")
     rank = len(x.shape)
     if transposed or rank not in (3, 4):
         raise UnsupportedOpError(f"%{cx.node.name}: only 1-D/2-D forward convolutions have a GE "
@@ -257,9 +260,13 @@ def _unfold(cx, x, dim, size, step):
     then the window axis moved last, as torch lays it out."""
     from ....errors import UnsupportedOpError
 
+    if not x.shape:  # a 0-d tensor unfolds as a 1-element vector
+        out_shape = cx.out()[1]
+        y = _unfold(cx, cx.reshape(x, [1], (1,)), 0, size, step)
+        return cx.reshape(y, list(out_shape), out_shape)
     rank = len(x.shape)
-    d = dim % rank if rank else 0
-    length = x.shape[d] if rank else 1
+    d = dim % rank
+    length = x.shape[d]
     if length < 0:
         raise UnsupportedOpError(f"%{cx.node.name}: unfold of a symbolic dim has no GE lowering")
     n = (length - size) // step + 1

@@ -100,8 +100,13 @@ def _not(cx, x):
 
 
 # -- unary elementwise: computed in the output dtype ------------------------------------------
+_INTEGER_IDENTITY = frozenset({"Floor", "Ceil", "Round", "Trunc"})
+
+
 def _unary(ge_type: str, port: str = "x", out_port: str = "y", **attrs):
     def conv(cx, x):
+        if ge_type in _INTEGER_IDENTITY and not cx.out_dtype.is_floating_point:
+            return cx.emit1("Identity", [("x", x)])  # rounding an integer changes nothing
         return cx.emit1(ge_type, [(port, cx.cast(x, cx.out_dtype))], dict(attrs) or None,
                         port=out_port)
     return conv
@@ -116,9 +121,16 @@ for _op, _ge in [(aten.neg.default, "Neg"), (aten.abs.default, "Abs"),
                  (aten.floor.default, "Floor"), (aten.ceil.default, "Ceil"),
                  (aten.round.default, "Round"), (aten.sign.default, "Sign"),
                  (aten.log1p.default, "Log1p"), (aten.expm1.default, "Expm1")]:
-    register([_op], [_ge, "Cast"])(_unary(_ge))
-register([aten.silu.default], ["Swish", "Cast"])(_unary("Swish", scale=1.0))
-register([aten.trunc.default], ["Trunc", "Cast"])(_unary("Trunc", "input_x", "output_y"))
+    register([_op], [_ge, "Cast", "Identity"])(_unary(_ge))
+@register([aten.silu.default], ["Swish", "Cast"])
+def _silu(cx, x):
+    if x.dtype.is_complex:
+        from ....errors import UnsupportedOpError
+
+        raise UnsupportedOpError(f"%{cx.node.name}: silu of a complex tensor: GE's Swish takes "
+                                 "real dtypes only")
+    return _unary("Swish", scale=1.0)(cx, x)
+register([aten.trunc.default], ["Trunc", "Cast", "Identity"])(_unary("Trunc", "input_x", "output_y"))
 
 
 @register([aten.gelu.default], ["GeluV2", "Cast"])
@@ -223,16 +235,19 @@ def _topk(cx, x, k, dim=-1, largest=True, sorted=True):
 # -- matmuls ---------------------------------------------------------------------------------
 @register([aten.mm.default], ["MatMulV2"])
 def _mm(cx, a, b):
+    cx.require_float(a, "MatMulV2")
     return cx.emit1("MatMulV2", [("x1", a), ("x2", b)], {"transpose_x1": False, "transpose_x2": False})
 
 
 @register([aten.bmm.default], ["BatchMatMulV2"])
 def _bmm(cx, a, b):
+    cx.require_float(a, "BatchMatMulV2")
     return cx.emit1("BatchMatMulV2", [("x1", a), ("x2", b)], {"adj_x1": False, "adj_x2": False})
 
 
 @register([aten.addmm.default], ["MatMulV2", "Add", "Mul", "Const"])
 def _addmm(cx, bias, a, b, *, beta=1, alpha=1):
+    cx.require_float(a, "MatMulV2")
     dtype, shape = cx.out()
     if beta == 1 and alpha == 1 and len(bias.shape) == 1:
         return cx.emit1("MatMulV2", [("x1", a), ("x2", b), ("bias", bias)],

@@ -48,6 +48,14 @@ def _copy(cx, dst: TensorRef, src: Any, non_blocking: bool = False):
     input is a ``RefData`` and ``Assign`` writes it in the graph, after every reader of it."""
     if cx.node.target is aten.copy_.default and dst.op in cx.inplace_done:
         return src  # the input's buffer was updated in place (RefData): nothing to write back
+    if (cx.node.target is aten.copy_.default and not cx.node.users
+            and dst.op not in cx.data_index and dst.op not in cx.assigned):
+        from ....errors import UnsupportedOpError
+
+        raise UnsupportedOpError(
+            f"%{cx.node.name}: copy_ into {cx.node.args[0]} (not a graph input) is only a "
+            "side effect on the tensor it views; GE tensors are values, so the write would be "
+            "lost. This comes from a non-functional decomposition; use mode='npugraph_ex'.")
     value = cx.tensor(src, dst.dtype)
     if tuple(value.shape) != tuple(dst.shape):
         value = cx.emit1("BroadcastTo", [("x", value), ("shape", cx.shape_of(dst))], None,

@@ -124,8 +124,15 @@ def gather_v2(cx, x: TensorRef, indices: TensorRef, axis: int) -> TensorRef:
     """GatherV2 of ``x`` (bool, outside the IR's BasicType, travels as int8 and back)."""
     dtype, shape = cx.out()
     work = torch.int8 if x.dtype == torch.bool else x.dtype
-    y = cx.emit1("GatherV2", [("x", cx.cast(x, work)), ("indices", indices),
-                              ("axis", cx.const(axis, torch.int64))], None, (work, shape))
+    x = cx.cast(x, work)
+    gathered = shape
+    if not x.shape:  # GatherV2 needs x of rank >= 1: a 0-d x is gathered as [1]
+        x = cx.reshape(x, [1], (1,))
+        gathered = tuple(indices.shape)
+    y = cx.emit1("GatherV2", [("x", x), ("indices", indices),
+                              ("axis", cx.const(axis, torch.int64))], None, (work, gathered))
+    if gathered != shape:
+        y = cx.reshape(y, list(shape), shape)
     return cx.cast(y, dtype)
 
 

@@ -146,6 +146,8 @@ def _leading(cx, x: TensorRef, d: int, rank: int) -> List[TensorRef]:
 @register([aten.index_copy.default], _EMITS)
 def _index_copy(cx, x, dim, index, source):
     """``x`` with ``x.select(dim, index[i]) = source.select(dim, i)``."""
+    if not x.shape:  # 0-d: the only element is replaced (index is [0])
+        return cx.reshape(cx.cast(source, x.dtype), [], ())
     d = dim % len(x.shape)
     if len(index.shape) == 0:
         index = cx.reshape(index, [1], (1,))

@@ -1,6 +1,7 @@
 """What a converter gets: the builder, the FX node, and helpers to emit common GE patterns."""
 from __future__ import annotations
 
+import functools
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -23,6 +24,33 @@ def meta_desc(val: Any) -> Tuple[torch.dtype, Tuple[int, ...]]:
     if isinstance(val, (torch.SymBool, bool)):
         return torch.bool, ()
     raise UnsupportedOpError(f"cannot describe a GE tensor for meta value {val!r}")
+
+
+_WIDEN_EXEMPT = frozenset({"Cast", "Data", "RefData", "Const", "NetOutput"})
+
+
+def _needs_widening(op_type: str, inputs: Sequence[Tuple[str, Any]]) -> bool:
+    if op_type in _WIDEN_EXEMPT:
+        return False
+    for port, value in inputs:
+        values = [value] if isinstance(value, TensorRef) or not isinstance(
+            value, (list, tuple)) else value  # a TensorRef is a NamedTuple
+        if any(isinstance(v, TensorRef) and v.dtype == torch.bfloat16 for v in values):
+            return not _port_accepts_bf16(op_type, port)
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _port_accepts_bf16(op_type: str, port: str) -> bool:
+    """Whether ``op_type``'s input ``port`` takes bfloat16 per the GE registry (True when the
+    registry does not pin the port's types down, or does not know the op)."""
+    from ..registry_check import _allowed, load_registry
+
+    for spec in load_registry().get(op_type, {}).get("inputs", []):
+        if spec["name"] == port or (spec["kind"] == "dynamic" and port.startswith(spec["name"])):
+            allowed = _allowed(spec.get("type_expr", ""), tuple(spec.get("dtypes") or ()))
+            return allowed is None or "DT_BF16" in allowed or "DT_FLOAT" not in allowed
+    return True
 
 
 class ConvertContext:
@@ -60,6 +88,8 @@ class ConvertContext:
              control: Sequence[Any] = ()) -> List[TensorRef]:
         if outputs is None:
             outputs = [("y", self.out())]
+        if _needs_widening(op_type, inputs):
+            return self._emit_widened(op_type, inputs, attrs, outputs, control)
         refs = self.b.op(op_type, inputs, attrs, outputs, name=self._op_name(op_type),
                          control=control)
         if self.node is not None:
@@ -69,6 +99,32 @@ class ConvertContext:
     def emit1(self, op_type: str, inputs: Sequence[Tuple[str, Any]], attrs: Optional[dict] = None,
               desc: Optional[Tuple[torch.dtype, Sequence[int]]] = None, port: str = "y") -> TensorRef:
         return self.emit(op_type, inputs, attrs, [(port, desc or self.out())])[0]
+
+    def _emit_widened(self, op_type, inputs, attrs, outputs, control) -> List[TensorRef]:
+        """The op computed in float32: its IR does not take bfloat16 (GE's Maximum, Relu,
+        TensorMove, ... on this registry), so bfloat16 inputs are cast up and bfloat16
+        outputs cast back (what torch's own CPU kernels do internally)."""
+        def up(v):
+            return self.cast(v, torch.float32) if (isinstance(v, TensorRef)
+                                                   and v.dtype == torch.bfloat16) else v
+
+        wide = [(p, up(value) if isinstance(value, TensorRef) or value is None
+                 else [up(v) for v in value]) for p, value in inputs]
+        outs = [(p, (torch.float32, d[1]) if isinstance(d, tuple) and d[0] == torch.bfloat16
+                 else d) for p, d in outputs]
+        refs = self.b.op(op_type, wide, attrs, outs, name=self._op_name(op_type), control=control)
+        if self.node is not None:
+            self.b.graph.op[-1].attr["_fx_node"].s = self.node.name.encode()
+        return [self.cast(r, torch.bfloat16) if isinstance(d, tuple) and d[0] == torch.bfloat16
+                else r for r, (_, d) in zip(refs, outputs)]
+
+    def require_float(self, x: TensorRef, ge_type: str) -> None:
+        """Refuse an integer/bool operand of a GE op whose IR computes in floating point only
+        (MatMulV2, Conv2D, AvgPoolV2 take no int64/int32 here)."""
+        if not (x.dtype.is_floating_point or x.dtype.is_complex):
+            raise UnsupportedOpError(
+                f"%{self.node.name}: {self.node.target} of a {x.dtype} tensor: GE's {ge_type} "
+                "takes floating-point inputs only (cast to float before the op)")
 
     def sinks_reading(self, op_name: str) -> List[str]:
         """The ops emitted so far that depend on ``op_name``'s outputs (directly or through

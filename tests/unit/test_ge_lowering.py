@@ -1,0 +1,66 @@
+"""The GE lowering: ops without a converter are decomposed with PyTorch's tables before
+conversion, the fast paths are not, and runtime asserts are dropped with one DEBUG line."""
+import logging
+
+import torch
+import torch.nn.functional as F
+
+from torchair_dist import CompilerConfig, get_npu_backend
+from torchair_dist.backends.ge import lowering
+
+
+def _compile(fn):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=get_npu_backend(compiler_config=CompilerConfig()),
+                         fullgraph=True)
+
+
+def test_one_hot_router_asserts_dropped_with_a_debug_line(caplog, monkeypatch):
+    monkeypatch.setenv("TORCHAIR_DIST_GE_VALIDATE", "1")
+
+    def route(scores):
+        expert = scores.argmax(-1)
+        mask = F.one_hot(expert, num_classes=4)
+        return torch.cumsum(mask, 0) * mask
+
+    scores = torch.randn(10, 4)
+    before = lowering.STATS["asserts_dropped"]
+    with caplog.at_level(logging.DEBUG, logger="torchair_dist.ge.lowering"):
+        out = _compile(route)(scores)
+    assert torch.equal(out, route(scores))
+    assert lowering.STATS["asserts_dropped"] > before
+    lines = [r.getMessage() for r in caplog.records if "dropped runtime assert" in r.getMessage()]
+    assert lines and all("_assert_async" in line for line in lines)
+
+
+def test_unconverted_op_is_decomposed_but_fast_paths_are_kept(monkeypatch):
+    monkeypatch.setenv("TORCHAIR_DIST_GE_VALIDATE", "1")
+    from torchair_dist.backends.ge import fx2ge
+
+    seen = []
+    real = fx2ge._convert
+
+    def spy(gm, *args, **kwargs):
+        seen.append([str(n.target) for n in gm.graph.nodes if n.op == "call_function"])
+        return real(gm, *args, **kwargs)
+
+    monkeypatch.setattr(fx2ge, "_convert", spy)
+
+    def fn(m, v, bias, x):
+        # addmv has no converter (decomposed into mv -> mul/sum ...); mm and layer_norm do
+        return torch.addmv(bias, m, v), F.layer_norm(x @ m.t(), (4,))
+
+    args = (torch.randn(4, 3), torch.randn(3), torch.randn(4), torch.randn(2, 3))
+    got = _compile(fn)(*args)
+    for g, e in zip(got, fn(*args)):
+        torch.testing.assert_close(g, e)
+    (targets,) = seen
+    assert "aten.addmv.default" not in targets  # decomposed before conversion
+    assert "aten.mm.default" in targets and "aten.native_layer_norm.default" in targets
+    assert lowering.STATS["decomposed"] > 0
+
+
+def test_refusal_reason_per_family():
+    assert "depends on the input values" in lowering.refusal_reason(torch.ops.aten.nonzero.default)
+    assert "complex" in lowering.refusal_reason(torch.ops.aten._fft_r2c.default)
+    assert "no GE converter" in lowering.refusal_reason(torch.ops.aten.add.Tensor)

@@ -1,0 +1,94 @@
+"""A fixed slice of PyTorch's OpInfo sweep (benchmarks/opinfo_sweep.py) in CI: every entry
+compiled in max-autotune and npugraph_ex must equal eager (the sweep's per-dtype tolerance);
+the slice covers direct converters, ops lowered through PyTorch's decompositions, 0-d/zero-size
+samples, the prims twins, npugraph_ex's side-effect ops, and one refusal with its reason."""
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+import opinfo_sweep  # noqa: E402
+
+OK_BOTH_MODES = [
+    # direct converters
+    "add", "mul", "div.no_rounding_mode", "abs", "exp", "softmax", "matmul", "mm", "bmm",
+    "cumsum", "topk", "sum", "mean", "amax", "argmax", "where", "clamp", "masked_fill",
+    "nn.functional.layer_norm", "nn.functional.embedding", "cat", "stack", "transpose",
+    "nn.functional.gelu", "nn.functional.silu",
+    # 0-d / zero-size first samples (were ZeroDivisionError)
+    "index_copy", "index_select", "unfold", "logsumexp",
+    # Core ATen converters added for the sweep
+    "acos", "asin", "atan", "atan2", "cosh", "tan", "erfc", "erfinv", "log2", "exp2",
+    "remainder", "fmod", "bitwise_xor", "logical_xor", "bitwise_left_shift", "isnan",
+    "signbit", "copysign", "nextafter", "prod", "cumprod", "cummax", "scatter_add",
+    "scatter_reduce.amax", "hypot", "fmax",
+    # through PyTorch's decompositions
+    "addmv", "addcmul", "addcdiv", "baddbmm", "dot", "mv", "addr", "block_diag", "var", "std",
+    "nn.functional.group_norm", "nn.functional.batch_norm", "diagonal", "trace", "nan_to_num",
+    "xlogy", "round.decimals_3", "nn.functional.max_pool2d",
+]
+NPUGRAPH_EX_ONLY = ["linalg.inv", "linalg.solve", "linalg.cholesky"]  # with_effects ops
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _validate():
+    old = os.environ.get("TORCHAIR_DIST_GE_VALIDATE")
+    os.environ["TORCHAIR_DIST_GE_VALIDATE"] = "1"
+    yield
+    if old is None:
+        os.environ.pop("TORCHAIR_DIST_GE_VALIDATE")
+    else:
+        os.environ["TORCHAIR_DIST_GE_VALIDATE"] = old
+
+
+def _entries(names):
+    found = {opinfo_sweep.entry_name(op): op for op in opinfo_sweep.select(names, None)}
+    missing = [n for n in names if n not in found]
+    assert not missing, f"not in this torch's op_db: {missing}"
+    return [found[n] for n in names]
+
+
+def test_slice_equals_eager_in_every_mode():
+    bad = []
+    for op in _entries(OK_BOTH_MODES):
+        row = opinfo_sweep.run_entry(op, torch.float32, opinfo_sweep.MODES, timeout=120)
+        assert row["eager"] == "ok", row
+        for mode in opinfo_sweep.MODES:
+            if row[mode][0] not in ("ok", "ok-decomposed"):
+                bad.append(f"{row['name']} {mode}: {row[mode]}")
+    assert not bad, "\n".join(bad)
+
+
+def test_slice_bfloat16_max_autotune():
+    names = ["add", "mul", "softmax", "acos", "atan2", "var", "addmv", "cumprod", "erfinv",
+             "nn.functional.layer_norm", "isnan", "hypot"]
+    bad = []
+    for op in _entries(names):
+        row = opinfo_sweep.run_entry(op, torch.bfloat16, ["max-autotune"], timeout=120)
+        if row["max-autotune"][0] not in ("ok", "ok-decomposed"):
+            bad.append(f"{row['name']}: {row['max-autotune']}")
+    assert not bad, "\n".join(bad)
+
+
+def test_side_effect_ops_in_npugraph_ex():
+    for op in _entries(NPUGRAPH_EX_ONLY):
+        row = opinfo_sweep.run_entry(op, torch.float32, ["npugraph_ex"], timeout=120)
+        assert row["npugraph_ex"] == ("ok", ""), row
+
+
+def test_a_refusal_names_the_op_and_its_reason():
+    (op,) = _entries(["nonzero"])
+    row = opinfo_sweep.run_entry(op, torch.float32, ["max-autotune"], timeout=120)
+    assert row["max-autotune"][0] == "refused"
+    assert "aten.nonzero" in row["max-autotune"][1]
+
+
+def test_compare_catches_a_wrong_result():
+    assert opinfo_sweep.compare(torch.ones(3), torch.ones(3)) is None
+    assert "output 0" in opinfo_sweep.compare(torch.ones(3), torch.ones(3) + 1e-2)
+    assert opinfo_sweep.compare(torch.ones(3, dtype=torch.bfloat16),
+                                torch.ones(3, dtype=torch.bfloat16) * 1.01) is None
+    assert "dtype" in opinfo_sweep.compare(torch.ones(3), torch.ones(3, dtype=torch.float64))
+    assert opinfo_sweep.compare(torch.tensor([float("nan")]), torch.tensor([float("nan")])) is None

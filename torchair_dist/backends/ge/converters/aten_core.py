@@ -1,0 +1,358 @@
+"""Converters for the Core ATen elementwise/reduction ops the first converters did not need, and
+for the ``prims`` ops PyTorch's reference decompositions (``torch._refs``) produce.
+
+Every op is computed in the output dtype when the GE op's IR accepts it, else in float32 and
+cast back (:func:`compute_dtype`), so float16/bfloat16/int inputs stay valid against the
+registry. A ``prims`` op has exactly one overload and takes operands already promoted and
+broadcast (the refs did that), so it maps onto the same GE op as its aten twin.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ..builder import TensorRef
+from .registry import lookup, register
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+@functools.lru_cache(maxsize=None)
+def _accepts(op_type: str, port_index: int, dtype: torch.dtype) -> bool:
+    from ..dtypes import ge_dtype
+    from ..proto import DataType
+    from ..registry_check import _allowed, load_registry
+
+    ports = load_registry().get(op_type, {}).get("inputs", [])
+    if port_index >= len(ports):
+        return True
+    port = ports[port_index]
+    allowed = _allowed(port.get("type_expr", ""), tuple(port.get("dtypes") or ()))
+    return allowed is None or DataType.Name(ge_dtype(dtype)) in allowed
+
+
+def compute_dtype(op_type: str, dtype: torch.dtype, port_index: int = 0) -> torch.dtype:
+    """``dtype`` when ``op_type`` accepts it on that input, else float32."""
+    return dtype if _accepts(op_type, port_index, dtype) else torch.float32
+
+
+def _unary(ge_type: str, attrs: Optional[dict] = None, ports=("x", "y")):
+    def conv(cx, x):
+        dtype = cx.out_dtype
+        work = compute_dtype(ge_type, dtype)
+        y = cx.emit1(ge_type, [(ports[0], cx.cast(x, work))], attrs, (work, cx.out()[1]),
+                     port=ports[1])
+        return cx.cast(y, dtype)
+    return conv
+
+
+for _name, _ge in [("acos", "Acos"), ("asin", "Asin"), ("atan", "Atan"), ("acosh", "Acosh"),
+                   ("asinh", "Asinh"), ("atanh", "Atanh"), ("cosh", "Cosh"), ("sinh", "Sinh"),
+                   ("tan", "Tan"), ("erfc", "Erfc")]:
+    register([getattr(aten, _name).default, getattr(prims, _name).default],
+             [_ge, "Cast"])(_unary(_ge))
+register([aten.erfinv.default, prims.erf_inv.default], ["Erfinv", "Cast"])(
+    _unary("Erfinv", ports=("input_x", "output_y")))
+
+# log/exp in another base: GE Log/Exp take ``base`` (y = log_base(x), y = base ** x)
+for _targets, _ge, _base in [((aten.log2.default, prims.log2.default), "Log", 2.0),
+                             ((aten.log10.default, prims.log10.default), "Log", 10.0),
+                             ((aten.exp2.default, prims.exp2.default), "Exp", 2.0)]:
+    register(_targets, [_ge, "Cast"])(_unary(_ge, {"base": _base, "scale": 1.0, "shift": 0.0}))
+
+
+def _binary(ge_type: str, ports=("x1", "x2"), out_port: str = "y"):
+    def conv(cx, a, b):
+        dtype = cx.out_dtype
+        work = compute_dtype(ge_type, dtype)
+        y = cx.emit1(ge_type, [(ports[0], cx.tensor(a, work)), (ports[1], cx.tensor(b, work))],
+                     None, (work, cx.out()[1]), port=out_port)
+        return cx.cast(y, dtype)
+    return conv
+
+
+register([aten.atan2.default, prims.atan2.default], ["Atan2", "Cast", "Const"])(_binary("Atan2"))
+register([aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor,
+          prims.remainder.default], ["FloorMod", "Cast", "Const"])(_binary("FloorMod"))
+register([aten.fmod.Tensor, aten.fmod.Scalar, prims.fmod.default],
+         ["Mod", "Cast", "Const"])(_binary("Mod"))
+register([aten.nextafter.default, prims.nextafter.default],
+         ["NextAfter", "Cast", "Const"])(_binary("NextAfter", out_port="output"))
+register([aten.bitwise_left_shift.Tensor, prims.shift_left.default],
+         ["LeftShift", "Cast", "Const"])(_binary("LeftShift", ("x", "y"), "z"))
+register([aten.bitwise_right_shift.Tensor, prims.shift_right_arithmetic.default],
+         ["RightShift", "Cast", "Const"])(_binary("RightShift", ("x", "y"), "z"))
+
+
+@register([aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, prims.bitwise_xor.default,
+           aten.logical_xor.default], ["BitwiseXor", "NotEqual", "Cast", "Const"])
+def _xor(cx, a, b):
+    dtype = cx.out_dtype
+    if dtype == torch.bool:  # GE has no LogicalXor: a != b on booleans (compared as int32)
+        return cx.emit1("NotEqual", [("x1", cx.cast(cx.tensor(a, torch.bool), torch.int32)),
+                                     ("x2", cx.cast(cx.tensor(b, torch.bool), torch.int32))])
+    return cx.emit1("BitwiseXor", [("x1", cx.tensor(a, dtype)), ("x2", cx.tensor(b, dtype))])
+
+
+def _is(ge_type: str):
+    def conv(cx, x):
+        if not x.dtype.is_floating_point:  # integers are never NaN/inf
+            return cx.emit1("Fill", [("dims", cx.const(list(x.shape), torch.int64)),
+                                     ("value", cx.const(False))])
+        return cx.emit1(ge_type, [("x", cx.cast(x, compute_dtype(ge_type, x.dtype)))])
+    return conv
+
+
+register([aten.isnan.default], ["IsNan", "Fill", "Cast", "Const"])(_is("IsNan"))
+register([aten.isinf.default], ["IsInf", "Fill", "Cast", "Const"])(_is("IsInf"))
+
+
+@register([prims.signbit.default, aten.signbit.default],
+          ["Less", "Equal", "RealDiv", "LogicalAnd", "LogicalOr", "Fill", "Cast", "Const"])
+def _signbit(cx, x):
+    """x < 0, or x == -0.0 (1 / -0.0 = -inf): the sign bit of IEEE floats."""
+    b = (torch.bool, x.shape)
+    if not x.dtype.is_floating_point:
+        return cx.emit1("Less", [("x1", x), ("x2", cx.const(0, x.dtype))], desc=b)
+    x = cx.cast(x, compute_dtype("RealDiv", x.dtype))
+    zero = cx.const(0.0, x.dtype)
+    neg = cx.emit1("Less", [("x1", x), ("x2", zero)], desc=b)
+    inv = cx.emit1("RealDiv", [("x1", cx.const(1.0, x.dtype)), ("x2", x)], desc=(x.dtype, x.shape))
+    negzero = cx.emit1("LogicalAnd", [("x1", cx.emit1("Equal", [("x1", x), ("x2", zero)], desc=b)),
+                                      ("x2", cx.emit1("Less", [("x1", inv), ("x2", zero)],
+                                                      desc=b))], desc=b)
+    return cx.emit1("LogicalOr", [("x1", neg), ("x2", negzero)], desc=b)
+
+
+# -- prims twins of ops that already have an aten converter -----------------------------------
+def _alias(prim, aten_op):
+    conv = lookup(aten_op)
+    register([prim], conv.emits)(conv.fn)
+
+
+for _p, _a in [("abs", aten.abs.default), ("neg", aten.neg.default), ("sqrt", aten.sqrt.default),
+               ("rsqrt", aten.rsqrt.default), ("exp", aten.exp.default), ("log", aten.log.default),
+               ("sin", aten.sin.default), ("cos", aten.cos.default), ("tanh", aten.tanh.default),
+               ("floor", aten.floor.default), ("ceil", aten.ceil.default),
+               ("trunc", aten.trunc.default), ("sign", aten.sign.default),
+               ("log1p", aten.log1p.default), ("expm1", aten.expm1.default),
+               ("erf", aten.erf.default), ("reciprocal", aten.reciprocal.default),
+               ("round", aten.round.default), ("add", aten.add.Tensor), ("sub", aten.sub.Tensor),
+               ("mul", aten.mul.Tensor), ("maximum", aten.maximum.default),
+               ("minimum", aten.minimum.default), ("pow", aten.pow.Tensor_Tensor),
+               ("eq", aten.eq.Tensor), ("ne", aten.ne.Tensor), ("lt", aten.lt.Tensor),
+               ("le", aten.le.Tensor), ("gt", aten.gt.Tensor), ("ge", aten.ge.Tensor),
+               ("bitwise_and", aten.bitwise_and.Tensor), ("bitwise_or", aten.bitwise_or.Tensor),
+               ("bitwise_not", aten.bitwise_not.default), ("where", aten.where.self)]:
+    if lookup(_a) is not None and lookup(getattr(prims, _p).default) is None:
+        _alias(getattr(prims, _p).default, _a)
+
+
+@register([prims.div.default], ["RealDiv", "TruncateDiv", "Cast", "Const"])
+def _prims_div(cx, a, b):
+    """prims.div: true division for floats, truncating for integers."""
+    dtype = cx.out_dtype
+    ge_type = "RealDiv" if dtype.is_floating_point or dtype.is_complex else "TruncateDiv"
+    return cx.emit1(ge_type, [("x1", cx.tensor(a, dtype)), ("x2", cx.tensor(b, dtype))])
+
+
+@register([prims.fmax.default, prims.fmin.default, aten.fmax.default, aten.fmin.default],
+          ["Maximum", "Minimum", "IsNan", "SelectV2", "Cast", "Const"])
+def _fmax(cx, a, b):
+    """fmax/fmin: like maximum/minimum, but a NaN operand yields the other one."""
+    is_max = cx.node.target in (prims.fmax.default, aten.fmax.default)
+    dtype = cx.out_dtype
+    a, b = cx.tensor(a, dtype), cx.tensor(b, dtype)
+    y = cx.emit1("Maximum" if is_max else "Minimum", [("x1", a), ("x2", b)])
+    if not dtype.is_floating_point:
+        return y
+    work = compute_dtype("IsNan", dtype)
+    shape = cx.out()[1]
+    a_nan = cx.emit1("IsNan", [("x", cx.cast(a, work))], desc=(torch.bool, a.shape))
+    b_nan = cx.emit1("IsNan", [("x", cx.cast(b, work))], desc=(torch.bool, b.shape))
+    y = cx.emit1("SelectV2", [("condition", b_nan), ("then", a), ("else", y)], None,
+                 (dtype, shape), port="result")
+    return cx.emit1("SelectV2", [("condition", a_nan), ("then", b), ("else", y)], None,
+                    (dtype, shape), port="result")
+
+
+@register([prims.hypot.default, aten.hypot.default], ["Mul", "Add", "Sqrt", "Cast"])
+def _hypot(cx, a, b):
+    dtype = cx.out_dtype
+    a, b = cx.tensor(a, dtype), cx.tensor(b, dtype)
+    aa = cx.emit1("Mul", [("x1", a), ("x2", a)], desc=(dtype, a.shape))
+    bb = cx.emit1("Mul", [("x1", b), ("x2", b)], desc=(dtype, b.shape))
+    return cx.emit1("Sqrt", [("x", cx.emit1("Add", [("x1", aa), ("x2", bb)]))])
+
+
+# -- reductions -------------------------------------------------------------------------------
+def _axes(x: TensorRef, dims: Optional[Sequence[int]]) -> list:
+    rank = len(x.shape)
+    if dims is None or (not isinstance(dims, int) and len(dims) == 0):
+        return list(range(rank))
+    dims = [dims] if isinstance(dims, int) else dims
+    return sorted({d % rank for d in dims}) if rank else []
+
+
+def _reduce(cx, ge_type: str, x, dims, keepdim: bool, dtype: torch.dtype):
+    axes = _axes(x, dims)
+    work = compute_dtype(ge_type, dtype)
+    x = cx.cast(x, work)
+    if not axes:  # a 0-d input: nothing to reduce
+        return cx.cast(x, dtype)
+    y = cx.emit1(ge_type, [("x", x), ("axes", cx.const(axes, torch.int64))],
+                 {"keep_dims": bool(keepdim)}, (work, cx.out()[1] if cx.node else ()))
+    return cx.cast(y, dtype)
+
+
+@register([prims.sum.default], ["ReduceSum", "Cast", "Const"])
+def _prims_sum(cx, x, dims, *, output_dtype=None):
+    return _reduce(cx, "ReduceSum", x, dims, False, cx.out_dtype)
+
+
+@register([prims.prod.default, aten.prod.default, aten.prod.dim_int],
+          ["ReduceProd", "Cast", "Const"])
+def _prod(cx, x, dims=None, keepdim=False, *, dtype=None, output_dtype=None):
+    if cx.node.target is aten.prod.default:  # prod(x, *, dtype)
+        dims, keepdim = None, False
+    return _reduce(cx, "ReduceProd", x, dims, keepdim, cx.out_dtype)
+
+
+@register([prims.var.default], ["ReduceMean", "ReduceSum", "Sub", "Mul", "RealDiv", "Cast",
+                                "Const"])
+def _prims_var(cx, x, dims, correction=1, *, output_dtype=None):
+    """sum((x - mean)^2) / max(N - correction, 0) over ``dims`` (N: their element count)."""
+    dtype = cx.out_dtype
+    axes = _axes(x, dims)
+    x = cx.cast(x, dtype)
+    if not axes:
+        n = 1
+    else:
+        n = 1
+        for a in axes:
+            n *= x.shape[a]
+    kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    mean = cx.emit1("ReduceMean", [("x", x), ("axes", cx.const(axes, torch.int64))],
+                    {"keep_dims": True}, (dtype, kept))
+    dev = cx.emit1("Sub", [("x1", x), ("x2", mean)], desc=(dtype, x.shape))
+    sq = cx.emit1("Mul", [("x1", dev), ("x2", dev)], desc=(dtype, x.shape))
+    total = cx.emit1("ReduceSum", [("x", sq), ("axes", cx.const(axes, torch.int64))],
+                     {"keep_dims": False}) if axes else sq
+    return cx.emit1("RealDiv", [("x1", total), ("x2", cx.const(float(max(n - correction, 0)),
+                                                               dtype))])
+
+
+@register([aten.cumprod.default], ["Cumprod", "Cast", "Const"])
+def _cumprod(cx, x, dim, *, dtype=None):
+    out = cx.out_dtype
+    if not x.shape:
+        return cx.cast(x, out)
+    work = compute_dtype("Cumprod", out)
+    y = cx.emit1("Cumprod", [("x", cx.cast(x, work)), ("axis", cx.const(dim % len(x.shape),
+                                                                        torch.int64))],
+                 None, (work, x.shape))
+    return cx.cast(y, out)
+
+
+@register([aten.cummax.default, aten.cummin.default], ["Cummax", "Cummin", "Cast"])
+def _cummax(cx, x, dim):
+    is_max = cx.node.target is aten.cummax.default
+    (vdt, shape), (idt, _) = cx.out(0), cx.out(1)
+    if not x.shape:
+        return [x, cx.const(torch.zeros((), dtype=idt))]
+    d = dim % len(x.shape)
+    ge_type = "Cummax" if is_max else "Cummin"
+    v, i = cx.emit(ge_type, [("x", x)], {"dim" if is_max else "axis": d},
+                   [("y", (vdt, shape)), ("indices", (torch.int64, shape))])
+    return [v, cx.cast(i, idt)]
+
+
+# -- data movement --------------------------------------------------------------------------
+@register([prims.broadcast_in_dim.default], ["Reshape", "BroadcastTo", "Const"])
+def _broadcast_in_dim(cx, a, shape, broadcast_dimensions):
+    shape = list(shape)
+    grown = [1] * len(shape)
+    for src, dst in enumerate(broadcast_dimensions):
+        grown[dst] = a.shape[src]
+    y = cx.reshape(a, grown, tuple(grown)) if tuple(grown) != tuple(a.shape) else a
+    return cx.emit1("BroadcastTo", [("x", y), ("shape", cx.int_list(shape))])
+
+
+@register([aten.as_strided.default, aten.as_strided_copy.default], ["GatherV2", "Reshape",
+                                                                      "Const", "Cast"])
+def _as_strided(cx, x, size, stride, storage_offset=None):
+    """A view with explicit strides of a contiguous tensor: GatherV2 of its flattened elements
+    at the (Const) linear offsets; static shapes only."""
+    from ....errors import UnsupportedOpError
+
+    src = cx.node.args[0].meta.get("val")
+    if (any(d < 0 for d in x.shape) or not all(isinstance(s, int) for s in [*size, *stride])
+            or src is None or not src.is_contiguous()):
+        raise UnsupportedOpError(f"%{cx.node.name}: as_strided has a GE lowering only for a "
+                                 "contiguous input of static shape")
+    base = int(src.storage_offset())
+    offset = int(storage_offset if storage_offset is not None else base) - base
+    index = torch.full(tuple(size), offset, dtype=torch.int64)
+    for d, (n, s) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        index = index + (torch.arange(n, dtype=torch.int64) * s).reshape(shape)
+    numel = 1
+    for d in x.shape:
+        numel *= d
+    dtype = x.dtype
+    work = torch.int8 if dtype == torch.bool else dtype
+    flat = cx.reshape(cx.cast(x, work), [numel], (numel,))
+    if numel == 0 or index.numel() == 0:
+        return cx.const(torch.zeros(tuple(size), dtype=dtype))
+    y = cx.emit1("GatherV2", [("x", flat), ("indices", cx.const(index)),
+                              ("axis", cx.const(0, torch.int64))], None, (work, tuple(size)))
+    return cx.cast(y, dtype)
+
+
+_SCATTER_REDUCE = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
+
+
+@register([aten.scatter_add.default, aten.scatter_reduce.two],
+          ["ScatterElements", "Fill", "Cast", "Const"])
+def _scatter_reduce(cx, x, dim, index, src, reduce="sum", *, include_self=True):
+    """ScatterElements with a reduction (ONNX semantics: reduces into the existing values)."""
+    from ....errors import UnsupportedOpError
+
+    if reduce not in _SCATTER_REDUCE:
+        raise UnsupportedOpError(f"%{cx.node.name}: scatter_reduce(reduce={reduce!r}) has no GE "
+                                 "lowering (sum/prod/amax/amin do)")
+    rank = max(len(x.shape), 1)
+    axis = dim % rank
+    if not include_self:  # first overwrite the scattered-to places with the identity
+        dtype = x.dtype
+        ident = {"sum": 0, "prod": 1}.get(reduce)
+        if ident is None:
+            big = torch.finfo(dtype).max if dtype.is_floating_point else torch.iinfo(dtype).max
+            ident = -big if reduce == "amax" else big
+            if dtype.is_floating_point:
+                ident = float("-inf") if reduce == "amax" else float("inf")
+        fill = cx.emit1("Fill", [("dims", cx.const(list(src.shape), torch.int64)),
+                                 ("value", cx.const(ident, dtype))], desc=(dtype, src.shape))
+        x = cx.emit1("ScatterElements", [("data", x), ("indices", index), ("updates", fill)],
+                     {"axis": axis, "reduction": "none"}, desc=(dtype, x.shape))
+    return cx.emit1("ScatterElements", [("data", x), ("indices", index), ("updates", src)],
+                    {"axis": axis, "reduction": _SCATTER_REDUCE[reduce]})
+
+
+# -- special functions GE has an op for ---------------------------------------------------
+register([prims.zeta.default, aten.special_zeta.default], ["Zeta", "Cast", "Const"])(
+    _binary("Zeta", ("x", "q"), "z"))
+register([prims.igamma.default, aten.igamma.default], ["Igamma", "Cast", "Const"])(
+    _binary("Igamma", ("a", "x"), "z"))
+register([prims.igammac.default, aten.igammac.default], ["Igammac", "Cast", "Const"])(
+    _binary("Igammac", ("a", "x"), "z"))
+register([prims.gcd.default, aten.gcd.default], ["Gcd", "Cast", "Const"])(_binary("Gcd"))
+register([prims.ndtri.default, aten.special_ndtri.default], ["Ndtri", "Cast"])(_unary("Ndtri"))
+register([prims.bessel_i0e.default, aten.special_i0e.default], ["BesselI0e", "Cast"])(
+    _unary("BesselI0e"))
+register([prims.bessel_i1e.default, aten.special_i1e.default], ["BesselI1e", "Cast"])(
+    _unary("BesselI1e"))

@@ -1,0 +1,205 @@
+"""Converters: dense linear algebra onto GE's TF-style matrix ops (Cholesky, MatrixInverse,
+MatrixDeterminant, LogMatrixDeterminant, Svd, Qr, SelfAdjointEig).
+
+torch's ``*_ex`` forms also return an ``info`` error code: GE's ops have none, so it is a zero
+Const (these graphs do not check errors, as ``check_errors=False`` asks). Outputs GE cannot
+produce (``_linalg_det``'s LU factors and pivots) are refused when the graph reads them.
+"""
+from __future__ import annotations
+
+import torch
+
+from ....errors import UnsupportedOpError
+from .registry import register
+
+aten = torch.ops.aten
+
+
+def _read(cx, i: int) -> bool:
+    """Whether output ``i`` of the node being converted is read by the graph."""
+    import operator
+
+    return any(u.target is operator.getitem and u.args[1] == i for u in cx.node.users)
+
+
+def _refuse_unread(cx, outputs, what: str) -> None:
+    for i in outputs:
+        if _read(cx, i):
+            raise UnsupportedOpError(f"%{cx.node.name}: {cx.node.target} output {i} ({what}) "
+                                     "has no GE counterpart")
+
+
+def _info(cx, i: int):
+    dtype, shape = cx.out(i)
+    return cx.const(torch.zeros(shape, dtype=dtype))
+
+
+def _work(cx, x):
+    if x.dtype in (torch.float32, torch.float64):
+        return x
+    return cx.cast(x, torch.float32)
+
+
+def _mt(cx, x, desc):
+    """The last two dims swapped."""
+    rank = len(x.shape)
+    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+    return cx.emit1("Transpose", [("x", x), ("perm", cx.const(perm, torch.int64))], None, desc)
+
+
+@register([aten.linalg_cholesky_ex.default], ["Cholesky", "Transpose", "Cast", "Const"])
+def _cholesky(cx, a, upper=False, check_errors=False):
+    dtype, shape = cx.out(0)
+    low = cx.emit1("Cholesky", [("x", _work(cx, a))], None, (_work(cx, a).dtype, shape))
+    y = _mt(cx, low, (low.dtype, shape)) if upper else low
+    return [cx.cast(y, dtype), _info(cx, 1)]
+
+
+@register([aten.cholesky.default], ["Cholesky", "Transpose", "Cast"])
+def _cholesky_old(cx, a, upper=False):
+    dtype, shape = cx.out()
+    x = _work(cx, a)
+    low = cx.emit1("Cholesky", [("x", x)], None, (x.dtype, shape))
+    return cx.cast(_mt(cx, low, (x.dtype, shape)) if upper else low, dtype)
+
+
+@register([aten.linalg_inv_ex.default], ["MatrixInverse", "Cast", "Const"])
+def _inv(cx, a, check_errors=False):
+    dtype, shape = cx.out(0)
+    x = _work(cx, a)
+    y = cx.emit1("MatrixInverse", [("x", x)], {"adjoint": False}, (x.dtype, shape))
+    return [cx.cast(y, dtype), _info(cx, 1)]
+
+
+@register([aten._linalg_det.default], ["MatrixDeterminant", "Cast"])
+def _det(cx, a):
+    _refuse_unread(cx, (1, 2), "LU factors / pivots")
+    dtype, shape = cx.out(0)
+    x = _work(cx, a)
+    det = cx.emit1("MatrixDeterminant", [("x", x)], None, (x.dtype, shape))
+    return [cx.cast(det, dtype), None, None]
+
+
+@register([aten._linalg_slogdet.default], ["LogMatrixDeterminant", "Cast"])
+def _slogdet(cx, a):
+    _refuse_unread(cx, (2, 3), "LU factors / pivots")
+    (dtype, shape) = cx.out(0)
+    x = _work(cx, a)
+    sign, logabs = cx.emit("LogMatrixDeterminant", [("x", x)], None,
+                           [("sign", (x.dtype, shape)), ("y", (x.dtype, shape))])
+    return [cx.cast(sign, dtype), cx.cast(logabs, cx.out(1)[0]), None, None]
+
+
+@register([aten._linalg_svd.default], ["Svd", "Transpose", "Cast", "Const"])
+def _svd(cx, a, full_matrices=False, compute_uv=True, driver=None):
+    (udt, ushape), (sdt, sshape), (vdt, vshape) = cx.out(0), cx.out(1), cx.out(2)
+    x = _work(cx, a)
+    if not compute_uv:
+        s, _, _ = cx.emit("Svd", [("x", x)], {"compute_uv": False,
+                                              "full_matrices": bool(full_matrices)},
+                          [("sigma", (x.dtype, sshape)), ("u", (x.dtype, (0,))),
+                           ("v", (x.dtype, (0,)))])
+        return [cx.const(torch.zeros(ushape, dtype=udt)), cx.cast(s, sdt),
+                cx.const(torch.zeros(vshape, dtype=vdt))]
+    vt = tuple(vshape[:-2]) + (vshape[-1], vshape[-2])
+    s, u, v = cx.emit("Svd", [("x", x)], {"compute_uv": True, "full_matrices": bool(full_matrices)},
+                      [("sigma", (x.dtype, sshape)), ("u", (x.dtype, ushape)),
+                       ("v", (x.dtype, vt))])
+    return [cx.cast(u, udt), cx.cast(s, sdt), cx.cast(_mt(cx, v, (x.dtype, vshape)), vdt)]
+
+
+@register([aten.linalg_qr.default], ["Qr", "Cast"])
+def _qr(cx, a, mode="reduced"):
+    if mode == "r":
+        raise UnsupportedOpError(f"%{cx.node.name}: linalg.qr(mode='r') has no GE lowering")
+    (qdt, qshape), (rdt, rshape) = cx.out(0), cx.out(1)
+    x = _work(cx, a)
+    q, r = cx.emit("Qr", [("x", x)], {"full_matrices": mode == "complete"},
+                   [("q", (x.dtype, qshape)), ("r", (x.dtype, rshape))])
+    return [cx.cast(q, qdt), cx.cast(r, rdt)]
+
+
+@register([aten._linalg_eigh.default], ["SelfAdjointEig", "Transpose", "Cast", "Const"])
+def _eigh(cx, a, UPLO="L", compute_v=True):  # noqa: N803 - torch's name
+    (wdt, wshape), (vdt, vshape) = cx.out(0), cx.out(1)
+    x = _work(cx, a)
+    if UPLO == "U":  # the op reads the lower triangle: hand it the upper one mirrored
+        if compute_v and _read(cx, 1):
+            raise UnsupportedOpError(
+                f"%{cx.node.name}: eigh(UPLO='U') eigenvectors: GE's SelfAdjointEig reads the "
+                "lower triangle, and the mirrored matrix's eigenvectors may differ in sign from "
+                "torch's; use UPLO='L'")
+        x = _mt(cx, x, (x.dtype, x.shape))
+    if not compute_v:
+        w, _ = cx.emit("SelfAdjointEig", [("x", x)], {"compute_v": False},
+                       [("eigen_value", (x.dtype, wshape)), ("eigen_vector", (x.dtype, (0,)))])
+        return [cx.cast(w, wdt), cx.const(torch.zeros(vshape, dtype=vdt))]
+    w, v = cx.emit("SelfAdjointEig", [("x", x)], {"compute_v": True},
+                   [("eigen_value", (x.dtype, wshape)), ("eigen_vector", (x.dtype, vshape))])
+    return [cx.cast(w, wdt), cx.cast(v, vdt)]
+
+
+@register([aten._linalg_solve_ex.default], ["MatrixSolve", "Unsqueeze", "Squeeze", "Transpose",
+                                            "Cast", "Const"])
+def _solve(cx, a, b, left=True, check_errors=False):
+    """A X = B (``left``) or X A = B (X = (A^T \\ B^T)^T) with GE's MatrixSolve; a vector B
+    (one dim less than A) is solved as a one-column matrix."""
+    _refuse_unread(cx, (1, 2), "LU factors / pivots")
+    dtype, shape = cx.out(0)
+    x, rhs = _work(cx, a), _work(cx, b)
+    vector = len(b.shape) == len(a.shape) - 1
+    if vector:
+        rhs = cx.emit1("Unsqueeze", [("x", rhs)], {"axes": [-1]},
+                       (rhs.dtype, tuple(rhs.shape) + (1,)))
+    if not left:
+        x = _mt(cx, x, (x.dtype, tuple(x.shape[:-2]) + (x.shape[-1], x.shape[-2])))
+        rhs = _mt(cx, rhs, (rhs.dtype, tuple(rhs.shape[:-2]) + (rhs.shape[-1], rhs.shape[-2])))
+    y = cx.emit1("MatrixSolve", [("matrix", x), ("rhs", rhs)], {"adjoint": False},
+                 (x.dtype, rhs.shape))
+    if not left:
+        y = _mt(cx, y, (x.dtype, tuple(y.shape[:-2]) + (y.shape[-1], y.shape[-2])))
+    if vector:
+        y = cx.emit1("Squeeze", [("x", y)], {"axis": [-1]}, (x.dtype, tuple(y.shape[:-1])))
+    return [cx.cast(y, dtype), None, None, _info(cx, 3)]
+
+
+def _tri_solve(cx, a, b, lower: bool, adjoint: bool, shape):
+    return cx.emit1("MatrixTriangularSolve", [("matrix", a), ("rhs", b)],
+                    {"lower": lower, "adjoint": adjoint}, (a.dtype, tuple(shape)))
+
+
+@register([aten.triangular_solve.default], ["MatrixTriangularSolve", "Identity", "Cast"])
+def _triangular_solve(cx, b, a, upper=True, transpose=False, unitriangular=False):
+    """(X with op(A) X = B, a copy of A); op(A) = A^T when ``transpose``."""
+    if unitriangular:
+        raise UnsupportedOpError(f"%{cx.node.name}: triangular_solve(unitriangular=True) has no "
+                                 "GE lowering (MatrixTriangularSolve reads the diagonal)")
+    (xdt, xshape), (adt, ashape) = cx.out(0), cx.out(1)
+    a_w, b_w = _work(cx, a), _work(cx, b)
+    x = _tri_solve(cx, a_w, b_w, not upper, bool(transpose), xshape)
+    copy = cx.emit1("Identity", [("x", a)], None, (a.dtype, a.shape))
+    return [cx.cast(x, xdt), cx.cast(copy, adt)]
+
+
+def _chol_solve(cx, b, factor, upper: bool, shape):
+    """X with (L L^H) X = B (L = factor, lower) or (U^H U) X = B (``upper``)."""
+    if upper:  # U^H y = b, then U x = y
+        y = _tri_solve(cx, factor, b, False, True, shape)
+        return _tri_solve(cx, factor, y, False, False, shape)
+    y = _tri_solve(cx, factor, b, True, False, shape)
+    return _tri_solve(cx, factor, y, True, True, shape)
+
+
+@register([aten.cholesky_solve.default], ["MatrixTriangularSolve", "Cast"])
+def _cholesky_solve(cx, b, factor, upper=False):
+    dtype, shape = cx.out()
+    return cx.cast(_chol_solve(cx, _work(cx, b), _work(cx, factor), bool(upper), shape), dtype)
+
+
+@register([aten.cholesky_inverse.default], ["MatrixTriangularSolve", "Cast", "Const"])
+def _cholesky_inverse(cx, factor, upper=False):
+    dtype, shape = cx.out()
+    f = _work(cx, factor)
+    n = shape[-1]
+    eye = cx.const(torch.eye(n, dtype=f.dtype).expand(tuple(shape)).contiguous())
+    return cx.cast(_chol_solve(cx, eye, f, bool(upper), shape), dtype)

@@ -1,0 +1,235 @@
+"""Decompose the ops that have no GE converter with PyTorch's own tables, before conversion.
+
+Only the nodes whose target has no converter are touched: each is re-traced alone with
+``make_fx`` over its own decomposition (Core ATen first, then the rest of
+``torch._decomp.decomposition_table``), the table restricted to ops that still lack a converter,
+so a decomposition that produces another unconverted op is decomposed further in the same
+trace, and every op that has a converter (matmuls, attention, norms, collectives, in-place cache
+updates: the fast paths) is kept as it is. The traced nodes replace the original node in place
+(their ``meta["val"]`` comes from the same fake mode), so the converters see an ordinary graph.
+
+Runtime asserts (``aten._assert_async``, ``aten._assert_scalar``, ...) and error checks
+(``aten._linalg_check_errors``, which AOT wraps in ``with_effects``) are dropped here: in
+inference they only re-check what the inputs already satisfy (e.g. ``one_hot``'s class range),
+a failed check cannot be reported by an NPU graph except by aborting it, and GE's ``Assert`` would
+need a host round trip per step. Each dropped assert gets one DEBUG line.
+"""
+from __future__ import annotations
+
+import logging
+import operator
+from typing import Any, Callable, Dict, Optional
+
+import torch
+import torch.utils._pytree as pytree
+
+from .converters import lookup
+
+log = logging.getLogger("torchair_dist.ge.lowering")
+aten = torch.ops.aten
+
+STATS = {"decomposed": 0, "asserts_dropped": 0}
+ASSERTS = frozenset({aten._assert_async.default, aten._assert_async.msg,
+                     aten._assert_scalar.default, aten._assert_tensor_metadata.default,
+                     aten.sym_constrain_range.default, aten.sym_constrain_range_for_size.default,
+                     aten._functional_assert_async.msg, aten._functional_assert_scalar.default})
+
+_TABLE: Optional[Dict[Any, Callable]] = None
+
+
+def decomposition_table() -> Dict[Any, Callable]:
+    """Core ATen decompositions, then every other decomposition torch ships (core wins)."""
+    global _TABLE
+    if _TABLE is None:
+        from torch._decomp import core_aten_decompositions, decomposition_table as everything
+
+        table = dict(everything)
+        table.update(core_aten_decompositions())
+        _TABLE = table
+    return _TABLE
+
+
+def _unconverted(target: Any) -> bool:
+    return isinstance(target, torch._ops.OpOverload) and lookup(target) is None
+
+
+def _fake_mode(gm: torch.fx.GraphModule):
+    from torch._guards import detect_fake_mode
+
+    vals = [n.meta.get("val") for n in gm.graph.nodes if "val" in n.meta]
+    return detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+
+
+def _restricted_table() -> Dict[Any, Callable]:
+    return {op: fn for op, fn in decomposition_table().items() if _unconverted(op)}
+
+
+def _trace(node: torch.fx.Node, table: Dict[Any, Callable]) -> Optional[torch.fx.GraphModule]:
+    """The node's own op decomposed: a graph whose placeholders are the node's FX inputs."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
+    positions = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
+    examples = [flat[i].meta.get("val") for i in positions]
+    if any(e is None for e in examples):
+        return None
+
+    out_val = node.meta.get("val")
+    low = (torch.bfloat16, torch.float16)
+    widen = (any(isinstance(e, torch.Tensor) and e.dtype in low for e in examples)
+             and all(isinstance(v, torch.Tensor) for v in pytree.tree_leaves(out_val)))
+
+    def fn(*values):
+        leaves = list(flat)
+        for i, v in zip(positions, values):
+            # low-precision floats are decomposed in float32 (torch's CPU kernels compute
+            # them in float32 too): the decomposition's steps do not each round to bf16
+            leaves[i] = v.float() if widen and v.dtype in low else v
+        args, kwargs = pytree.tree_unflatten(leaves, spec)
+        out = node.target(*args, **kwargs)
+        if widen:
+            out = pytree.tree_map(lambda o, ref: o.to(ref.dtype) if o.dtype != ref.dtype else o,
+                                  out, out_val)
+        return out
+
+    sub = make_fx(fn, decomposition_table=table, tracing_mode="real")(*examples)
+    sub.graph.eliminate_dead_code()
+    return sub
+
+
+def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphModule) -> None:
+    inputs = [a for a in pytree.tree_leaves((node.args, node.kwargs)) if isinstance(a, torch.fx.Node)]
+    val_map: Dict[torch.fx.Node, Any] = {}
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    for ph, arg in zip(placeholders, inputs):
+        val_map[ph] = arg
+    for n in sub.graph.nodes:
+        if n.op == "get_attr":  # a constant the decomposition created
+            name = f"_decomp_const_{STATS['decomposed']}_{n.target}"
+            setattr(gm, name, getattr(sub, n.target))
+            with gm.graph.inserting_before(node):
+                val_map[n] = gm.graph.get_attr(name)
+            val_map[n].meta = dict(n.meta)
+    with gm.graph.inserting_before(node):
+        out = gm.graph.graph_copy(sub.graph, val_map, return_output_node=False)
+    for n in sub.graph.nodes:
+        if n in val_map and isinstance(val_map[n], torch.fx.Node) and n.op == "call_function":
+            val_map[n].meta.setdefault("stack_trace", node.meta.get("stack_trace"))
+    if isinstance(out, (list, tuple)):
+        for user in list(node.users):
+            if user.op == "call_function" and user.target is operator.getitem:
+                user.replace_all_uses_with(out[user.args[1]])
+                gm.graph.erase_node(user)
+        if node.users:  # the tuple itself is used (an output): rebuild it
+            raise RuntimeError(f"decomposed tuple node %{node.name} used as a whole")
+    else:
+        node.replace_all_uses_with(out)
+    gm.graph.erase_node(node)
+
+
+CHECKS = frozenset({aten._linalg_check_errors.default})  # error checks AOT wraps in with_effects
+
+
+def _drop_effect_check(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """``with_effects(token, <a check>, ...)``: its users read only the new token (getitem 0);
+    they get the old one, and the node goes."""
+    from torch._higher_order_ops.effects import with_effects
+
+    if node.target is not with_effects or len(node.args) < 2:
+        return False
+    if node.args[1] not in ASSERTS and node.args[1] not in CHECKS:
+        return False
+    if any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
+        return False
+    for user in list(node.users):
+        user.replace_all_uses_with(node.args[0])
+        gm.graph.erase_node(user)
+    log.debug("GE graph: dropped runtime check %s (FX node %%%s): inference graphs do not "
+              "re-check input invariants", node.args[1], node.name)
+    gm.graph.erase_node(node)
+    return True
+
+
+def drop_asserts(gm: torch.fx.GraphModule) -> int:
+    dropped = 0
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and _drop_effect_check(gm, node):
+            dropped += 1
+            continue
+        if node.op == "call_function" and node.target in ASSERTS and not node.users:
+            log.debug("GE graph: dropped runtime assert %s (FX node %%%s): inference graphs do "
+                      "not re-check input invariants", node.target, node.name)
+            gm.graph.erase_node(node)
+            dropped += 1
+    STATS["asserts_dropped"] += dropped
+    return dropped
+
+
+def decompose_unconverted(gm: torch.fx.GraphModule) -> int:
+    """Decompose every node without a GE converter that PyTorch can decompose; returns how
+    many nodes were replaced. Nodes that cannot be decomposed are left for ``check_supported``
+    to report."""
+    changed = drop_asserts(gm)
+    todo = [n for n in gm.graph.nodes if n.op == "call_function" and _unconverted(n.target)
+            and n.target in decomposition_table()]
+    if not todo:
+        if changed:
+            gm.recompile()
+        return 0
+    table = _restricted_table()
+    mode = _fake_mode(gm)
+    import contextlib
+
+    done = 0
+    with (mode if mode is not None else contextlib.nullcontext()):
+        for node in todo:
+            try:
+                sub = _trace(node, table)
+            except Exception as exc:  # noqa: BLE001 - left for check_supported to report
+                log.debug("GE graph: decomposing %s failed: %s", node.target, exc)
+                continue
+            if sub is None:
+                continue
+            _inline(gm, node, sub)
+            done += 1
+    STATS["decomposed"] += done
+    gm.graph.lint()
+    gm.recompile()
+    return done
+
+
+# Why an op that neither converts nor decomposes is refused (matched on the op name, first
+# match wins); the refusal lists it next to the op.
+REFUSALS = [
+    (("nonzero", "masked_select", "unique", "bincount", "histogram", "_histogramdd",
+      "segment_reduce", "masked_scatter", "put", "sym_storage_offset", "_embedding_bag"),
+     "its output shape depends on the input values: a GE graph has static output shapes"),
+    (("linalg_", "_linalg_", "cholesky", "lu_", "lu", "geqrf", "ormqr", "triangular_solve",
+      "matrix_exp"),
+     "dense linear algebra (factorizations with info/pivot outputs) has no converter; "
+     "inference graphs rarely need it"),
+    (("_fft_", "_conj", "angle", "view_as_complex"),
+     "complex-valued (FFT) ops have no converter: NPU inference graphs stay real-valued"),
+    (("special_", "bessel", "lgamma", "digamma", "polygamma", "igamma", "zeta", "ndtri",
+      "erfcx", "i0", "gcd", "frexp"),
+     "a special function with no op in the GE registry"),
+    (("median", "nanmedian", "kthvalue", "mode", "index_reduce", "searchsorted", "bucketize"),
+     "no converter yet (order statistics / searches)"),
+    (("avg_pool", "adaptive_", "max_pool", "upsample", "grid_sampler_3d", "_pdist",
+      "_trilinear", "convolution"),
+     "no converter yet for this pooling/convolution variant"),
+    (("_scaled_mm", "hash_tensor", "as_strided_scatter", "copy_to"),
+     "not meaningful in a GE graph (float8 scaled matmul / hashing / strided memory layout)"),
+]
+
+
+def refusal_reason(target: Any) -> str:
+    """Why ``target`` (no converter, no decomposition) is refused, for the error message."""
+    name = str(getattr(target, "_name", None) or target).split("::")[-1].split(".")[0]
+    for keys, reason in REFUSALS:
+        if any(name == k or name.startswith(k) for k in keys):
+            return reason
+    return "no GE converter and no PyTorch decomposition into converted ops"
+
+
+__all__ = ["refusal_reason", "REFUSALS", "decompose_unconverted", "drop_asserts", "decomposition_table", "STATS", "ASSERTS"]

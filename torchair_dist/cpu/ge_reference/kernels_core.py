@@ -1,0 +1,167 @@
+"""Reference kernels of the GE ops the Core ATen converters (converters/aten_core.py) emit.
+
+Each follows the GE op's documented semantics: inputs already share a dtype (GE does no type
+promotion), broadcasting is numpy's, attributes take the IR's defaults when absent.
+"""
+from __future__ import annotations
+
+import torch
+
+from .kernels import _fixed, kernel
+from .opspec import GeRuntimeError, OpSpec
+
+for _t, _fn in {"Acos": torch.acos, "Asin": torch.asin, "Atan": torch.atan,
+                "Acosh": torch.acosh, "Asinh": torch.asinh, "Atanh": torch.atanh,
+                "Cosh": torch.cosh, "Sinh": torch.sinh, "Tan": torch.tan, "Erfc": torch.erfc,
+                "Erfinv": torch.erfinv, "Atan2": torch.atan2, "Mod": torch.fmod,
+                "NextAfter": torch.nextafter, "BitwiseXor": torch.bitwise_xor,
+                "LeftShift": torch.bitwise_left_shift, "RightShift": torch.bitwise_right_shift,
+                "IsNan": torch.isnan, "IsInf": torch.isinf, "Square": torch.square}.items():
+    kernel(_t)(_fixed(_fn))
+
+
+@kernel("Cumprod")
+def _cumprod(spec: OpSpec):
+    """Product along ``axis``; ``exclusive`` shifts in a 1, ``reverse`` runs from the end."""
+    exclusive, reverse = bool(spec.attr("exclusive", False)), bool(spec.attr("reverse", False))
+
+    def run(x, axis):
+        a = int(axis.reshape(-1)[0]) if isinstance(axis, torch.Tensor) else int(axis)
+        a = a % max(x.dim(), 1)
+        y = x.flip(a) if reverse else x
+        if exclusive:
+            ones = torch.ones_like(y.narrow(a, 0, 1))
+            y = torch.cat([ones, y.narrow(a, 0, y.shape[a] - 1)], a)
+        y = torch.cumprod(y, a)
+        return y.flip(a) if reverse else y
+    return run
+
+
+@kernel("Cummax", "Cummin")
+def _cummax(spec: OpSpec):
+    """(running max/min along the axis, the index where it was reached); the attribute is
+    ``dim`` for Cummax and ``axis`` for Cummin (as the IR names them)."""
+    is_max = spec.type == "Cummax"
+    dim = int(spec.attr("dim" if is_max else "axis", 0))
+    fn = torch.cummax if is_max else torch.cummin
+
+    def run(x):
+        values, indices = fn(x, dim)
+        return values, indices
+    return run
+
+
+@kernel("ScatterElements")
+def _scatter_elements(spec: OpSpec):
+    """data with updates[i] written (or reduced: add/mul/max/min) at data[..., indices[i], ...]
+    along ``axis`` (default 0, reduction default "none")."""
+    axis = int(spec.attr("axis", 0))
+    reduction = spec.attr("reduction", "none")
+    reduce = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}.get(reduction)
+
+    def run(data, indices, updates):
+        a = axis % max(data.dim(), 1)
+        if reduce is None:
+            return torch.scatter(data, a, indices, updates)
+        return torch.scatter_reduce(data, a, indices, updates, reduce, include_self=True)
+    return run
+
+
+for _t, _fn in {"Zeta": torch.special.zeta, "Igamma": torch.igamma, "Igammac": torch.igammac,
+                "Gcd": torch.gcd, "Ndtri": torch.special.ndtri, "BesselI0e": torch.special.i0e,
+                "BesselI1e": torch.special.i1e, "Cholesky": torch.linalg.cholesky,
+                "MatrixDeterminant": torch.linalg.det}.items():
+    kernel(_t)(_fixed(_fn))
+
+
+# -- TF-style matrix ops: batched over the leading dims, the matrix in the last two --------
+@kernel("MatrixInverse")
+def _matrix_inverse(spec: OpSpec):
+    adjoint = bool(spec.attr("adjoint", False))
+    return lambda x: torch.linalg.inv(x.mH if adjoint else x)
+
+
+@kernel("LogMatrixDeterminant")
+def _log_det(spec: OpSpec):
+    """(sign, log |det|)."""
+    def run(x):
+        sign, logabs = torch.linalg.slogdet(x)
+        return sign, logabs
+    return run
+
+
+@kernel("Svd")
+def _svd(spec: OpSpec):
+    """(sigma, u, v) with x = u diag(sigma) v^H (v itself, not v^H); empty u/v when
+    ``compute_uv`` is false (default true); ``full_matrices`` default false."""
+    compute_uv = bool(spec.attr("compute_uv", True))
+    full = bool(spec.attr("full_matrices", False))
+
+    def run(x):
+        if not compute_uv:
+            return torch.linalg.svdvals(x), x.new_empty(0), x.new_empty(0)
+        u, s, vh = torch.linalg.svd(x, full_matrices=full)
+        return s, u, vh.mH
+    return run
+
+
+@kernel("Qr")
+def _qr(spec: OpSpec):
+    full = bool(spec.attr("full_matrices", False))
+
+    def run(x):
+        q, r = torch.linalg.qr(x, mode="complete" if full else "reduced")
+        return q, r
+    return run
+
+
+@kernel("SelfAdjointEig")
+def _self_adjoint_eig(spec: OpSpec):
+    """(eigenvalues ascending, eigenvectors as columns) of the lower triangle."""
+    compute_v = bool(spec.attr("compute_v", True))
+
+    def run(x):
+        if not compute_v:
+            return torch.linalg.eigvalsh(x), x.new_empty(0)
+        w, v = torch.linalg.eigh(x)
+        return w, v
+    return run
+
+
+@kernel("MatrixSolve")
+def _matrix_solve(spec: OpSpec):
+    """X with matrix @ X = rhs (matrix^H when ``adjoint``), batched; rhs is [..., M, K]."""
+    adjoint = bool(spec.attr("adjoint", False))
+    return lambda m, rhs: torch.linalg.solve(m.mH if adjoint else m, rhs)
+
+
+@kernel("Cdist")
+def _cdist(spec: OpSpec):
+    """p-norm distance of every row of x1 [..., P, M] to every row of x2 [..., R, M]."""
+    p = float(spec.attr("p", 2.0))
+    return lambda x1, x2: torch.cdist(x1, x2, p=p)
+
+
+@kernel("AvgPoolV2")
+def _avg_pool_v2(spec: OpSpec):
+    """NCHW average pooling: ksize/strides [1, 1, kh, kw], pads [top, bottom, left, right]
+    (CALCULATED mode), ``exclusive`` leaves padding out of the count, ``divisor_override``
+    (0: none) replaces the count, ``ceil_mode`` rounds the output size up."""
+    if spec.attr("data_format", "NCHW") != "NCHW" or spec.attr("padding_mode",
+                                                               "CALCULATED") != "CALCULATED":
+        raise GeRuntimeError(f"AvgPoolV2 {spec.name!r}: only NCHW with CALCULATED padding")
+    k, s = spec.attr("ksize"), spec.attr("strides")
+    top, bottom, left, right = spec.attr("pads", [0, 0, 0, 0])
+    if top != bottom or left != right:
+        raise GeRuntimeError(f"AvgPoolV2 {spec.name!r}: asymmetric pads")
+    exclusive = bool(spec.attr("exclusive", True))
+    divisor = int(spec.attr("divisor_override", 0)) or None
+    ceil = bool(spec.attr("ceil_mode", False))
+    glob = bool(spec.attr("global_pooling", False))
+
+    def run(x):
+        if glob:
+            return x.mean(dim=(2, 3), keepdim=True)
+        return torch.nn.functional.avg_pool2d(x, k[2:], s[2:], (top, left), ceil,
+                                              not exclusive, divisor)
+    return run
