@@ -10,7 +10,7 @@ return a wrong result (see ``chaos.py`` for the generator, the kinds and their o
   within that timeout of the fault.
 
 ``TORCHAIR_DIST_CHAOS=<n>`` runs ``n`` compile-time programs (and ``n // 25`` faults) instead of
-the normal suite's; ``benchmarks/chaos.py`` prints the counts and worst times per class.
+the normal suite's; ``benchmarks/chaos_sweep.py`` prints the counts and worst times per class.
 """
 import os
 

@@ -177,11 +177,14 @@ def test_a_planted_stage_string_pointing_up_or_into_the_wing_is_caught(fn):
 
 def test_test_modules_have_unique_basenames():
     """Rank processes import test modules by basename (``tests/*`` dirs are on sys.path), so two
-    test files with one name make a rank run the wrong module (it happened twice)."""
+    test files with one name make a rank run the wrong module (it happened three times)."""
     import collections
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    names = collections.Counter(p.name for p in root.rglob("*.py")
+    # benchmarks/ too: tests put it on sys.path, where one of its scripts named like a test
+    # helper shadows it (benchmarks/chaos.py made the chaos tests import the wrong module)
+    files = list(root.rglob("*.py")) + list((root.parent / "benchmarks").glob("*.py"))
+    names = collections.Counter(p.name for p in files
                                 if p.name != "conftest.py" and "__pycache__" not in p.parts)
     assert not [n for n, c in names.items() if c > 1], [n for n, c in names.items() if c > 1]

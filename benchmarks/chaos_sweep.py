@@ -8,7 +8,7 @@ first rank's error; faults: from the fault), the programs whose outcome was wron
 
 Usage (several processes: hold the multi-rank lock)::
 
-    TORCH_DEVICE_BACKEND_AUTOLOAD=0 python benchmarks/chaos.py [-n 300] [--faults 8] \
+    TORCH_DEVICE_BACKEND_AUTOLOAD=0 python benchmarks/chaos_sweep.py [-n 300] [--faults 8] \
         [--seed 0] [--pg-timeout 10] [--ws 2 4]
 """
 from __future__ import annotations
