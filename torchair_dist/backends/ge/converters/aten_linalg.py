@@ -55,7 +55,7 @@ def _cholesky(cx, a, upper=False, check_errors=False):
     return [cx.cast(y, dtype), _info(cx, 1)]
 
 
-@register([aten.cholesky.default], ["Cholesky", "Transpose", "Cast"])
+@register(["aten.cholesky.default"], ["Cholesky", "Transpose", "Cast"])  # gone in torch 2.14
 def _cholesky_old(cx, a, upper=False):
     dtype, shape = cx.out()
     x = _work(cx, a)
