@@ -29,7 +29,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ...backends.ge.dtypes import torch_dtype
 from ...backends.ge.proto import ModelDef
+from ...envvars import env_flag
 from ...platform.interfaces import GeRuntime
 from ...util import without_function_modes
 from . import kernels_core, kernels_hcom, kernels_shape  # noqa: F401  (fill KERNELS)
@@ -52,10 +54,13 @@ class ReferenceRuntime(GeRuntime):
     name = "reference"
 
     def __init__(self, device: "torch.device | str | None" = None, overlap: bool = True,
-                 shm: bool = False) -> None:
+                 shm: bool = False, check: Optional[bool] = None) -> None:
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.overlap = overlap
         self.shm = shm
+        # check every kernel's output dtype against the graph's declared one (a kernel that
+        # follows torch's promotion instead of the GE op's rule); on with GE validation
+        self.check = env_flag("TORCHAIR_DIST_GE_VALIDATE") if check is None else check
         self.code = ""
         self.model = None
         self._fn = None
@@ -69,7 +74,7 @@ class ReferenceRuntime(GeRuntime):
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         with unset_fake_temporarily():
-            self.code, scope = generate(model, self.device, self.overlap, self.shm)
+            self.code, scope = generate(model, self.device, self.overlap, self.shm, self.check)
         exec(compile(self.code, f"<ge_graph {model.graph[0].name}>", "exec"), scope)
         self._fn = scope["ge_graph"]
 
@@ -182,8 +187,26 @@ class _Pending:
         return lines
 
 
+def _declared(ge_type: int) -> Optional[torch.dtype]:
+    try:
+        return torch_dtype(ge_type)
+    except Exception:  # DT_UNDEFINED and friends: nothing to compare
+        return None
+
+
+def _check_dtypes(what, *values) -> None:
+    """Raise when a kernel returned another dtype than the op's output desc declares."""
+    op_type, name, want = what
+    for i, (value, dtype) in enumerate(zip(values, want)):
+        if dtype is not None and isinstance(value, torch.Tensor) and value.dtype != dtype:
+            raise GeRuntimeError(
+                f"GE op {op_type} {name!r} output {i}: the reference kernel returned "
+                f"{value.dtype}, the graph declares {dtype} (a kernel or converter that does "
+                "not follow the op's dtype rule)")
+
+
 def generate(model: ModelDef, device: torch.device = torch.device("cpu"), overlap: bool = True,
-             shm: bool = False):
+             shm: bool = False, check: bool = False):
     """(source code, globals) of the straight-line function for ``model.graph[0]``.
 
     ``overlap=False``: every asynchronous op is finished right after it is issued. ``shm``:
@@ -191,7 +214,8 @@ def generate(model: ModelDef, device: torch.device = torch.device("cpu"), overla
     (``distributed_config.cpu_shm_collectives``).
 
     Const values live on ``device`` (the device of the graph inputs); kernels also see a CPU
-    copy of every Const to bake index inputs (shapes, axes, perms) in at load time."""
+    copy of every Const to bake index inputs (shapes, axes, perms) in at load time. ``check``:
+    after every synchronous op, its outputs' dtypes are compared with the declared ones."""
     graph = model.graph[0]
     used: Dict[str, int] = {}
     scope: Dict[str, Any] = {"torch": torch}
@@ -255,6 +279,11 @@ def generate(model: ModelDef, device: torch.device = torch.device("cpu"), overla
             lines.append(f"{outs[0]} = {call}")
         else:
             lines.append(f"{', '.join(outs)}, = {call}")
+        if check and outs and op.type not in ASYNC:
+            scope["_check"] = _check_dtypes
+            want = tuple(_declared(d.dtype) for d in op.output_desc)
+            scope[f"w_{ident}"] = (op.type, op.name, want)
+            lines.append(f"_check(w_{ident}, {', '.join(outs)})")
         dead = sorted({var[i] for i in op.input if last_use.get(i) == pos and var[i].startswith("v_")})
         if dead:
             lines.append(f"del {', '.join(dead)}")

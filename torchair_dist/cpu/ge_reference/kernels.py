@@ -211,7 +211,7 @@ def _cumsum(spec: OpSpec):
     def run(x, axis):
         dim = ints(axis)[0]
         y = x.flip(dim) if reverse else x
-        out = torch.cumsum(y, dim)
+        out = torch.cumsum(y, dim, dtype=y.dtype)  # GE: y has x's type (torch widens ints)
         if exclusive:
             out = out - y
         return out.flip(dim) if reverse else out

@@ -32,7 +32,7 @@ def _cumprod(spec: OpSpec):
         if exclusive:
             ones = torch.ones_like(y.narrow(a, 0, 1))
             y = torch.cat([ones, y.narrow(a, 0, y.shape[a] - 1)], a)
-        y = torch.cumprod(y, a)
+        y = torch.cumprod(y, a, dtype=y.dtype)  # GE: y has x's type (torch widens ints)
         return y.flip(a) if reverse else y
     return run
 

@@ -330,7 +330,9 @@ def _scatter_reduce(cx, x, dim, index, src, reduce="sum", *, include_self=True):
     if not include_self:  # first overwrite the scattered-to places with the identity
         dtype = x.dtype
         ident = {"sum": 0, "prod": 1}.get(reduce)
-        if ident is None:
+        if ident is None and dtype == torch.bool:
+            ident = reduce == "amin"  # max over {False, True} starts at False, min at True
+        elif ident is None:
             big = torch.finfo(dtype).max if dtype.is_floating_point else torch.iinfo(dtype).max
             ident = -big if reduce == "amax" else big
             if dtype.is_floating_point:

@@ -8,7 +8,7 @@ import torch
 
 from ....errors import UnsupportedOpError
 from ..builder import GraphBuilder, TensorRef, static_shape
-from ..dtypes import ge_dtype
+from ..dtypes import ge_dtype, ge_dtype_name
 
 Value = Union[TensorRef, int, float, bool]
 
@@ -27,29 +27,57 @@ def meta_desc(val: Any) -> Tuple[torch.dtype, Tuple[int, ...]]:
 
 
 _WIDEN_EXEMPT = frozenset({"Cast", "Data", "RefData", "Const", "NetOutput"})
+# bool as 0/1 integers gives another answer (Invert(1) == -2, which reads back as True)
+_BOOL_EXEMPT = frozenset({"Invert"})
+# what a bool operand is carried as when a port refuses DT_BOOL, in order of preference
+_BOOL_CARRIERS = (torch.int32, torch.uint8, torch.int8, torch.int64, torch.float32)
 
 
-def _needs_widening(op_type: str, inputs: Sequence[Tuple[str, Any]]) -> bool:
+def _refs(value: Any) -> List[TensorRef]:
+    values = [value] if isinstance(value, TensorRef) or not isinstance(
+        value, (list, tuple)) else value  # a TensorRef is a NamedTuple
+    return [v for v in values if isinstance(v, TensorRef)]
+
+
+def _widen_plan(op_type: str, inputs: Sequence[Tuple[str, Any]]) -> dict:
+    """What to carry operands the op's IR refuses as: ``{dtype: carrier}`` for bfloat16
+    (computed in float32, as torch's own CPU kernels do internally; every bfloat16 operand of
+    the op), ``{(torch.bool, port): carrier}`` for bool (0/1 in the first integer type every
+    refusing port takes; only at those ports). Empty when the op takes its operands as they are."""
     if op_type in _WIDEN_EXEMPT:
-        return False
+        return {}
+    plan: dict = {}
+    bool_ports = []
     for port, value in inputs:
-        values = [value] if isinstance(value, TensorRef) or not isinstance(
-            value, (list, tuple)) else value  # a TensorRef is a NamedTuple
-        if any(isinstance(v, TensorRef) and v.dtype == torch.bfloat16 for v in values):
-            return not _port_accepts_bf16(op_type, port)
-    return False
+        dtypes = {v.dtype for v in _refs(value)}
+        if torch.bfloat16 in dtypes and not _port_accepts(op_type, "inputs", port, "DT_BF16"):
+            plan[torch.bfloat16] = torch.float32
+        if torch.bool in dtypes and not _port_accepts(op_type, "inputs", port, "DT_BOOL"):
+            bool_ports.append(port)
+    if bool_ports and op_type not in _BOOL_EXEMPT:
+        for carrier in _BOOL_CARRIERS:
+            name = ge_dtype_name(ge_dtype(carrier))
+            if all(_port_accepts(op_type, "inputs", p, name) for p in bool_ports):
+                plan.update({(torch.bool, p): carrier for p in bool_ports})
+                plan[torch.bool] = carrier  # for outputs whose port refuses bool
+                break
+    return plan
 
 
 @functools.lru_cache(maxsize=None)
-def _port_accepts_bf16(op_type: str, port: str) -> bool:
-    """Whether ``op_type``'s input ``port`` takes bfloat16 per the GE registry (True when the
-    registry does not pin the port's types down, or does not know the op)."""
+def _port_accepts(op_type: str, side: str, port: str, dt_name: str) -> bool:
+    """Whether ``op_type``'s ``side`` ("inputs"/"outputs") port takes ``dt_name`` per the GE
+    registry (True when the registry does not pin the port's types down, or does not know the
+    op). A bfloat16 question about a port with no floating types at all is answered True: the
+    op is not a float op and widening would not help."""
     from ..registry_check import _allowed, load_registry
 
-    for spec in load_registry().get(op_type, {}).get("inputs", []):
+    for spec in load_registry().get(op_type, {}).get(side, []):
         if spec["name"] == port or (spec["kind"] == "dynamic" and port.startswith(spec["name"])):
             allowed = _allowed(spec.get("type_expr", ""), tuple(spec.get("dtypes") or ()))
-            return allowed is None or "DT_BF16" in allowed or "DT_FLOAT" not in allowed
+            if allowed is None or dt_name in allowed:
+                return True
+            return dt_name == "DT_BF16" and "DT_FLOAT" not in allowed
     return True
 
 
@@ -88,8 +116,9 @@ class ConvertContext:
              control: Sequence[Any] = ()) -> List[TensorRef]:
         if outputs is None:
             outputs = [("y", self.out())]
-        if _needs_widening(op_type, inputs):
-            return self._emit_widened(op_type, inputs, attrs, outputs, control)
+        plan = _widen_plan(op_type, inputs)
+        if plan:
+            return self._emit_widened(op_type, inputs, attrs, outputs, control, plan)
         refs = self.b.op(op_type, inputs, attrs, outputs, name=self._op_name(op_type),
                          control=control)
         if self.node is not None:
@@ -100,23 +129,41 @@ class ConvertContext:
               desc: Optional[Tuple[torch.dtype, Sequence[int]]] = None, port: str = "y") -> TensorRef:
         return self.emit(op_type, inputs, attrs, [(port, desc or self.out())])[0]
 
-    def _emit_widened(self, op_type, inputs, attrs, outputs, control) -> List[TensorRef]:
-        """The op computed in float32: its IR does not take bfloat16 (GE's Maximum, Relu,
-        TensorMove, ... on this registry), so bfloat16 inputs are cast up and bfloat16
-        outputs cast back (what torch's own CPU kernels do internally)."""
-        def up(v):
-            return self.cast(v, torch.float32) if (isinstance(v, TensorRef)
-                                                   and v.dtype == torch.bfloat16) else v
+    def _emit_widened(self, op_type, inputs, attrs, outputs, control, plan) -> List[TensorRef]:
+        """The op computed on carried operands (see :func:`_widen_plan`): GE's Maximum, Relu,
+        TensorMove, ... take no bfloat16 on this registry; Transpose, StridedSlice, Less, ...
+        no bool. Operands are cast to their carrier; an output of a carried dtype whose port
+        refuses it is produced in the carrier and cast back (a bool reads back as nonzero)."""
+        def up(port, v):
+            if not isinstance(v, TensorRef):
+                return v
+            carrier = plan.get((v.dtype, port)) if v.dtype == torch.bool else plan.get(v.dtype)
+            return self.cast(v, carrier) if carrier is not None else v
 
-        wide = [(p, up(value) if isinstance(value, TensorRef) or value is None
-                 else [up(v) for v in value]) for p, value in inputs]
-        outs = [(p, (torch.float32, d[1]) if isinstance(d, tuple) and d[0] == torch.bfloat16
-                 else d) for p, d in outputs]
+        def carried(port, d):
+            if not (isinstance(d, tuple) and len(d) == 2 and d[0] in plan):
+                return None
+            if d[0] == torch.bfloat16 or not _port_accepts(
+                    op_type, "outputs", port, ge_dtype_name(ge_dtype(d[0]))):
+                return plan[d[0]]
+            return None
+
+        wide = [(p, up(p, value) if isinstance(value, TensorRef) or value is None
+                 else [up(p, v) for v in value]) for p, value in inputs]
+        flat = []  # (wanted desc, carrier or None) per output ref, dynamic ports flattened
+        outs = []
+        for p, d in outputs:
+            descs = d if isinstance(d, list) else [d]
+            new = []
+            for one in descs:
+                c = carried(p, one)
+                flat.append((one, c))
+                new.append((c, one[1]) if c is not None else one)
+            outs.append((p, new if isinstance(d, list) else new[0]))
         refs = self.b.op(op_type, wide, attrs, outs, name=self._op_name(op_type), control=control)
         if self.node is not None:
             self.b.graph.op[-1].attr["_fx_node"].s = self.node.name.encode()
-        return [self.cast(r, torch.bfloat16) if isinstance(d, tuple) and d[0] == torch.bfloat16
-                else r for r, (_, d) in zip(refs, outputs)]
+        return [self.cast(r, d[0]) if c is not None else r for r, (d, c) in zip(refs, flat)]
 
     def require_float(self, x: TensorRef, ge_type: str) -> None:
         """Refuse an integer/bool operand of a GE op whose IR computes in floating point only
