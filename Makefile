@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-torch$(TORCH_VERSION)
 NPROC ?= 2
 export TORCH_DEVICE_BACKEND_AUTOLOAD = 0
 
-.PHONY: demo test venv proto registry bench docs gpu-check npu-check
+.PHONY: demo test venv proto registry bench opinfo docs gpu-check npu-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,14 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile --timeout 600 tests
+
+# PyTorch's OpInfo suite through every mode and dtype (benchmarks/opinfo_sweep.py, ~10 min):
+# fails on any wrong result or error. OPINFO_ARGS="--write-readme README.md" regenerates the
+# README's coverage tables from the same run.
+opinfo: $(STAMP)
+	$(PY) benchmarks/opinfo_sweep.py --check --dtype float32 $(OPINFO_ARGS)
+	$(PY) benchmarks/opinfo_sweep.py --check --dtype bfloat16 $(OPINFO_ARGS)
+	$(PY) benchmarks/opinfo_sweep.py --check --dtypes float16 int32 int64 bool $(OPINFO_ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py

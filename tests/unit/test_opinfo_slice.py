@@ -92,3 +92,29 @@ def test_compare_catches_a_wrong_result():
                                 torch.ones(3, dtype=torch.bfloat16) * 1.01) is None
     assert "dtype" in opinfo_sweep.compare(torch.ones(3), torch.ones(3, dtype=torch.float64))
     assert opinfo_sweep.compare(torch.tensor([float("nan")]), torch.tensor([float("nan")])) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.bool])
+def test_slice_integer_and_bool_max_autotune(dtype):
+    # bool operands are carried as integers where a GE op's IR takes no DT_BOOL; integer
+    # cumsum/cumprod keep their dtype (both were wrong or invalid before)
+    names = ["add", "transpose", "where", "masked.cumsum", "masked.cumprod", "amax", "maximum",
+             "scatter_reduce.amax", "nn.functional.pad.constant", "unbind"]
+    bad = []
+    for op in _entries(names):
+        row = opinfo_sweep.run_entry(op, dtype, ["max-autotune"], timeout=120)
+        if row["max-autotune"][0] not in ("ok", "ok-decomposed"):
+            bad.append(f"{row['name']} ({row['dtype']}): {row['max-autotune']}")
+    assert not bad, "\n".join(bad)
+
+
+def test_several_dtypes_render_one_readme_block(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n" + opinfo_sweep.START.format(dtype="dtypes") + "\nold\n"
+                      + opinfo_sweep.END.format(dtype="dtypes") + "\n\ntail\n")
+    code = opinfo_sweep.main(["--dtypes", "int32", "bool", "--ops", "add", "--check",
+                              "--mode", "max-autotune", "--write-readme", str(readme)])
+    text = readme.read_text()
+    assert code == 0
+    assert "old" not in text and text.endswith("tail\n")
+    assert "| int32 | `max-autotune` | 1 | 1 |" in text and "| bool | `max-autotune` | 1 | 1 |" in text
