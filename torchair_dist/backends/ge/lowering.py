@@ -208,8 +208,6 @@ REFUSALS = [
       "matrix_exp"),
      "dense linear algebra (factorizations with info/pivot outputs) has no converter; "
      "inference graphs rarely need it"),
-    (("_fft_", "_conj", "angle", "view_as_complex"),
-     "complex-valued (FFT) ops have no converter: NPU inference graphs stay real-valued"),
     (("special_", "bessel", "lgamma", "digamma", "polygamma", "igamma", "zeta", "ndtri",
       "erfcx", "i0", "gcd", "frexp"),
      "a special function with no op in the GE registry"),

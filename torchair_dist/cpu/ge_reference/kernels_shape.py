@@ -233,6 +233,10 @@ def _pad_v3(spec: OpSpec):
         for i in range(len(pairs) // 2 - 1, -1, -1):
             torch_pad += [pairs[2 * i], pairs[2 * i + 1]]
         fill = 0 if value is None else value.item()
+        if x.is_complex():  # torch's pad takes a real fill: pad the two parts
+            fill = complex(fill)
+            return torch.complex(torch.nn.functional.pad(x.real, torch_pad, value=fill.real),
+                                 torch.nn.functional.pad(x.imag, torch_pad, value=fill.imag))
         return torch.nn.functional.pad(x, torch_pad, value=fill)
     return run
 

@@ -51,6 +51,12 @@ def _polar(cx, magnitude, angle):
 @register([aten.view_as_complex.default], ["Complex", "GatherV2", "Const", "Cast"])
 def _view_as_complex(cx, x):
     """x[..., 0] + i x[..., 1] (a new tensor here: GE has no complex views)."""
+    if cx.out_dtype not in _REAL_OF:
+        from ....errors import UnsupportedOpError
+
+        raise UnsupportedOpError(f"%{cx.node.name}: view_as_complex of a {x.dtype} tensor gives "
+                                 f"{cx.out_dtype}, which GE's Complex cannot build (complex64/"
+                                 "complex128 from float32/float64 only)")
     last = len(x.shape) - 1
     real, imag = (cx.emit1("GatherV2", [("x", x), ("indices", cx.const(i, torch.int64)),
                                         ("axis", cx.const(last, torch.int64))], None,

@@ -14,11 +14,21 @@ aten = torch.ops.aten
 prims = torch.ops.prims
 
 
-@register([aten._to_copy.default], ["Cast", "TensorMove"])
+def _move(cx, x):
+    """A copy of ``x``: TensorMove; Identity for float64 (not among TensorMove's types); for
+    a complex tensor (which neither takes) its parts joined again."""
+    if x.dtype.is_complex:
+        from .aten_fft import copy_complex
+
+        return copy_complex(cx, x)
+    return cx.emit1("Identity" if x.dtype == torch.float64 else "TensorMove", [("x", x)])
+
+
+@register([aten._to_copy.default], ["Cast", "TensorMove", "Identity", "Real", "Imag", "Complex"])
 def _to_copy(cx, x, *, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None):
     if dtype is None or dtype == x.dtype:
-        return cx.emit1("TensorMove", [("x", x)])
+        return _move(cx, x)
     return cx.cast(x, dtype)
 
 
@@ -29,9 +39,9 @@ def _convert_element_type(cx, x, dtype):
     return cx.cast(x, dtype)
 
 
-@register([aten.clone.default], ["TensorMove"])
+@register([aten.clone.default], ["TensorMove", "Identity", "Real", "Imag", "Complex"])
 def _clone(cx, x, *, memory_format=None):
-    return cx.emit1("TensorMove", [("x", x)])
+    return _move(cx, x)
 
 
 @register([aten.alias.default, aten.lift_fresh_copy.default, aten.detach.default], ["Identity"])
