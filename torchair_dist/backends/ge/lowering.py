@@ -202,8 +202,9 @@ def decompose_unconverted(gm: torch.fx.GraphModule) -> int:
 # match wins); the refusal lists it next to the op.
 REFUSALS = [
     (("nonzero", "masked_select", "unique", "bincount", "histogram", "_histogramdd",
-      "segment_reduce", "masked_scatter", "put", "sym_storage_offset", "_embedding_bag"),
-     "its output shape depends on the input values: a GE graph has static output shapes"),
+      "segment_reduce", "sym_storage_offset", "_embedding_bag"),
+     "its output shape depends on the input values: graphs are converted with the shapes "
+     "Dynamo traced, and GE's dynamic-shape ops (NonZero, Unique, ...) are not lowered yet"),
     (("linalg_", "_linalg_", "cholesky", "lu_", "lu", "geqrf", "ormqr", "triangular_solve",
       "matrix_exp"),
      "dense linear algebra (factorizations with info/pivot outputs) has no converter; "
@@ -211,13 +212,14 @@ REFUSALS = [
     (("special_", "bessel"),
      "a special function with no GE op, not composed from elementwise ops yet (Bessel J/Y/K, "
      "Airy, orthogonal polynomials; lgamma, digamma, polygamma, erfcx, i0/i1 are)"),
-    (("median", "nanmedian", "kthvalue", "mode", "index_reduce", "searchsorted", "bucketize"),
-     "no converter yet (order statistics / searches)"),
+    (("mode",),
+     "no converter: torch.mode's index among equal values comes from its sort order, which a "
+     "GE Sort does not promise"),
     (("avg_pool", "adaptive_", "max_pool", "upsample", "grid_sampler_3d", "_pdist",
       "_trilinear", "convolution"),
      "no converter yet for this pooling/convolution variant"),
-    (("_scaled_mm", "hash_tensor", "as_strided_scatter", "copy_to"),
-     "not meaningful in a GE graph (float8 scaled matmul / hashing / strided memory layout)"),
+    (("_scaled_mm", "hash_tensor", "copy_to"),
+     "not meaningful in a GE graph (float8 scaled matmul / hashing / a copy into a view)"),
 ]
 
 

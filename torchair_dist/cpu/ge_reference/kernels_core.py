@@ -165,3 +165,17 @@ def _avg_pool_v2(spec: OpSpec):
         return torch.nn.functional.avg_pool2d(x, k[2:], s[2:], (top, left), ceil,
                                               not exclusive, divisor)
     return run
+
+
+@kernel("SearchSorted")
+def _search_sorted(spec: OpSpec):
+    """Insertion points of ``values`` in the last dim of ``sorted_sequence`` (its leading dims
+    match ``values``' or it is 1-D); ``right``: after equal elements; ``sorter``: the
+    permutation that sorts the sequence; ``dtype``: int32 or int64 output."""
+    right = bool(spec.attr("right", False))
+    out_int32 = spec.outputs[0][0] == torch.int32
+
+    def run(sorted_sequence, values, sorter=None):
+        return torch.searchsorted(sorted_sequence, values, right=right, sorter=sorter,
+                                  out_int32=out_int32)
+    return run

@@ -317,16 +317,24 @@ _SCATTER_REDUCE = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
 
 
 @register([aten.scatter_add.default, aten.scatter_reduce.two],
-          ["ScatterElements", "Fill", "Cast", "Const"])
+          ["ScatterElements", "Fill", "RealDiv", "FloorDiv", "Equal", "SelectV2", "Cast",
+           "Const"])
 def _scatter_reduce(cx, x, dim, index, src, reduce="sum", *, include_self=True):
     """ScatterElements with a reduction (ONNX semantics: reduces into the existing values)."""
+    return scatter_reduce_value(cx, x, dim % max(len(x.shape), 1), index, src, reduce,
+                                include_self)
+
+
+def scatter_reduce_value(cx, x, axis, index, src, reduce, include_self):
     from ....errors import UnsupportedOpError
 
+    if reduce == "mean":
+        from .aten_order import scatter_mean
+
+        return scatter_mean(cx, x, axis, index, src, include_self)
     if reduce not in _SCATTER_REDUCE:
         raise UnsupportedOpError(f"%{cx.node.name}: scatter_reduce(reduce={reduce!r}) has no GE "
-                                 "lowering (sum/prod/amax/amin do)")
-    rank = max(len(x.shape), 1)
-    axis = dim % rank
+                                 "lowering (sum/prod/mean/amax/amin do)")
     if not include_self:  # first overwrite the scattered-to places with the identity
         dtype = x.dtype
         ident = {"sum": 0, "prod": 1}.get(reduce)
@@ -342,7 +350,7 @@ def _scatter_reduce(cx, x, dim, index, src, reduce="sum", *, include_self=True):
         x = cx.emit1("ScatterElements", [("data", x), ("indices", index), ("updates", fill)],
                      {"axis": axis, "reduction": "none"}, desc=(dtype, x.shape))
     return cx.emit1("ScatterElements", [("data", x), ("indices", index), ("updates", src)],
-                    {"axis": axis, "reduction": _SCATTER_REDUCE[reduce]})
+                    {"axis": axis, "reduction": _SCATTER_REDUCE[reduce]}, desc=(x.dtype, x.shape))
 
 
 # -- special functions GE has an op for ---------------------------------------------------

@@ -1,0 +1,304 @@
+"""Converters: searches, NaN-aware medians, reductions into indexed places, and writes into
+computed positions (diagonal/as_strided scatters, put, masked_scatter, nonzero_static).
+
+Writes whose positions are known at conversion time (a diagonal, an ``as_strided`` window of a
+contiguous tensor) are one ``ScatterElements`` of the flattened tensor with a Const index; the
+ones that depend on values (put, masked_scatter, nonzero_static) compute the index in the graph.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ....errors import UnsupportedOpError
+from .registry import register
+from .series import Ew
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+def _numel(shape) -> int:
+    return int(math.prod(shape)) if shape else 1
+
+
+def _flat(cx, x):
+    n = _numel(x.shape)
+    return cx.reshape(x, [n], (n,)) if tuple(x.shape) != (n,) else x
+
+
+def _scatter_flat(cx, x, positions: torch.Tensor, src):
+    """``x`` with its elements at flat ``positions`` (a LongTensor shaped like ``src``)
+    replaced by ``src``'s, in order."""
+    pos = positions.reshape(-1)
+    if pos.numel() != pos.unique().numel():
+        raise UnsupportedOpError(f"%{cx.node.name}: {cx.node.target} writes one element twice "
+                                 "(overlapping strides): which write wins is not defined")
+    dtype, shape = cx.out()
+    flat = _flat(cx, cx.cast(x, dtype))
+    if pos.numel():
+        flat = cx.emit1("ScatterElements", [("data", flat), ("indices", cx.const(pos)),
+                                            ("updates", _flat(cx, cx.cast(src, dtype)))],
+                        {"axis": 0, "reduction": "none"}, (dtype, flat.shape))
+    return cx.reshape(flat, list(shape), shape)
+
+
+_SCATTER = ["ScatterElements", "Reshape", "Cast", "Const"]
+
+
+@register([aten.diagonal_scatter.default], _SCATTER)
+def _diagonal_scatter(cx, x, src, offset=0, dim1=0, dim2=1):
+    where = torch.arange(_numel(x.shape)).reshape(x.shape).diagonal(offset, dim1, dim2)
+    return _scatter_flat(cx, x, where, src)
+
+
+@register([aten.as_strided_scatter.default, prims.as_strided_scatter.default], _SCATTER)
+def _as_strided_scatter(cx, x, src, size, stride, storage_offset=0):
+    """Positions in the storage of a contiguous ``x`` (what the graph's value of x is)."""
+    val = cx.node.args[0].meta.get("val")
+    if val is not None and not val.is_contiguous():
+        raise UnsupportedOpError(f"%{cx.node.name}: as_strided_scatter into a non-contiguous "
+                                 "tensor: its storage layout is not a GE tensor's")
+    where = torch.arange(_numel(x.shape)).as_strided(list(size), list(stride),
+                                                      int(storage_offset or 0))
+    return _scatter_flat(cx, x, where, src)
+
+
+# -- reductions into indexed places ------------------------------------------------------------
+def scatter_mean(cx, x, axis, index, src, include_self):
+    """torch's scatter_reduce(reduce="mean"): sum and count per place (the place's own value
+    counts once when ``include_self``); places nothing is scattered to keep x; integers divide
+    with floor (torch's rule)."""
+    dtype, shape = x.dtype, tuple(x.shape)
+    ones_src = cx.emit1("Fill", [("dims", cx.const(list(src.shape), torch.int64)),
+                                 ("value", cx.const(1, dtype))], desc=(dtype, src.shape))
+    start = cx.emit1("Fill", [("dims", cx.const(list(shape), torch.int64)),
+                              ("value", cx.const(1 if include_self else 0, dtype))],
+                     desc=(dtype, shape))
+    count = cx.emit1("ScatterElements", [("data", start), ("indices", index),
+                                         ("updates", ones_src)],
+                     {"axis": axis, "reduction": "add"}, (dtype, shape))
+    base = x
+    if not include_self:
+        zeros = cx.emit1("Fill", [("dims", cx.const(list(src.shape), torch.int64)),
+                                  ("value", cx.const(0, dtype))], desc=(dtype, src.shape))
+        base = cx.emit1("ScatterElements", [("data", x), ("indices", index), ("updates", zeros)],
+                        {"axis": axis, "reduction": "none"}, (dtype, shape))
+    total = cx.emit1("ScatterElements", [("data", base), ("indices", index), ("updates", src)],
+                     {"axis": axis, "reduction": "add"}, (dtype, shape))
+    e = Ew(cx, dtype, shape)
+    empty = e.equal(count, 0)
+    safe = e.where(empty, 1, count)
+    mean = (e.div(total, safe) if dtype.is_floating_point
+            else cx.emit1("FloorDiv", [("x1", total), ("x2", safe)], desc=(dtype, shape)))
+    return e.where(empty, x, mean)
+
+
+@register([aten.index_reduce.default], ["Reshape", "BroadcastTo", "ScatterElements", "Fill",
+                                        "RealDiv", "FloorDiv", "Equal", "SelectV2", "Cast",
+                                        "Const"])
+def _index_reduce(cx, x, dim, index, source, reduce, *, include_self=True):
+    """index_reduce is scatter_reduce with the 1-D index broadcast along ``dim`` of source."""
+    from .aten_core import scatter_reduce_value
+
+    if not source.shape:  # a 0-d source/self: one place, scattered as a [1] tensor
+        one = cx.reshape(cx.cast(index, torch.int64), [1], (1,))
+        y = scatter_reduce_value(cx, cx.reshape(x, [1], (1,)), 0, one,
+                                 cx.reshape(source, [1], (1,)), reduce, include_self)
+        return cx.reshape(y, [], ())
+    rank = len(source.shape)
+    d = dim % rank
+    view = [1] * rank
+    view[d] = index.shape[0] if index.shape else 1
+    idx = cx.reshape(cx.cast(index, torch.int64), view, tuple(view))
+    if tuple(view) != tuple(source.shape):
+        idx = cx.emit1("BroadcastTo", [("x", idx), ("shape", cx.const(list(source.shape),
+                                                                        torch.int64))],
+                       desc=(torch.int64, tuple(source.shape)))
+    return scatter_reduce_value(cx, x, d, idx, source, reduce, include_self)
+
+
+# -- searches ----------------------------------------------------------------------------------
+@register([aten.searchsorted.Tensor], ["SearchSorted", "Cast"])
+def _searchsorted(cx, sorted_sequence, values, *, out_int32=False, right=False, side=None,
+                  sorter=None):
+    right = bool(right) or side == "right"
+    inputs = [("sorted_sequence", sorted_sequence), ("values", cx.cast(values,
+                                                                        sorted_sequence.dtype))]
+    if sorter is not None:
+        inputs.append(("sorter", cx.cast(sorter, torch.int64)))
+    out = torch.int32 if out_int32 else torch.int64
+    return cx.emit1("SearchSorted", inputs, {"dtype": out, "right": right},
+                    (out, tuple(values.shape)), port="out")
+
+
+@register([aten.bucketize.Tensor], ["SearchSorted", "Cast"])
+def _bucketize(cx, x, boundaries, *, out_int32=False, right=False):
+    """bucketize(x, b, right) == searchsorted(b, x, right) for a 1-D b."""
+    out = torch.int32 if out_int32 else torch.int64
+    return cx.emit1("SearchSorted", [("sorted_sequence", boundaries),
+                                     ("values", cx.cast(x, boundaries.dtype))],
+                    {"dtype": out, "right": bool(right)}, (out, tuple(x.shape)), port="out")
+
+
+# -- NaN-aware median --------------------------------------------------------------------------
+def _nanmedian(cx, x, dim, keepdim, with_index):
+    """The lower median of the non-NaN values: NaN is sorted as +inf (a stable ascending
+    Sort), k = max((count - 1) // 2, 0) is picked with GatherElements; a slice of NaNs only
+    gives NaN (its first element). If the median is +inf and a NaN precedes a +inf in the
+    slice, the index may name the NaN's place (the value is right)."""
+    dtype = x.dtype
+    if not x.shape:
+        return [x, cx.const(0, torch.int64)] if with_index else x
+    d = dim % len(x.shape)
+    e = Ew(cx, dtype, x.shape)
+    nan = e.isnan(x)
+    keys = e.where(nan, math.inf, x)
+    values, order = cx.emit("Sort", [("x", keys)], {"axis": d, "descending": False,
+                                                     "stable": True},
+                            [("y1", (dtype, x.shape)), ("y2", (torch.int32, x.shape))])
+    kept = tuple(1 if i == d else s for i, s in enumerate(x.shape))
+    valid = cx.emit1("ReduceSum", [("x", cx.cast(cx.emit1("LogicalNot", [("x", nan)],
+                                                         desc=(torch.bool, x.shape)),
+                                                torch.int64)),
+                                   ("axes", cx.const([d], torch.int64))],
+                     {"keep_dims": True}, (torch.int64, kept))
+    ei = Ew(cx, torch.int64, kept)
+    k = cx.emit1("FloorDiv", [("x1", ei.sub(valid, 1)), ("x2", cx.const(2, torch.int64))],
+                 desc=(torch.int64, kept))
+    k = cx.emit1("Maximum", [("x1", k), ("x2", cx.const(0, torch.int64))],
+                 desc=(torch.int64, kept))
+    v = cx.emit1("GatherElements", [("x", values), ("index", k)], {"dim": d}, (dtype, kept))
+    none = Ew(cx, dtype, kept)
+    v = none.where(ei.equal(valid, 0), math.nan, v)
+    i = cx.emit1("GatherElements", [("x", cx.cast(order, torch.int64)), ("index", k)],
+                 {"dim": d}, (torch.int64, kept))
+    out_shape = cx.out(0)[1] if with_index else cx.out()[1]
+    if tuple(out_shape) != kept:
+        v = cx.reshape(v, list(out_shape), out_shape)
+        i = cx.reshape(i, list(out_shape), out_shape)
+    return [v, i] if with_index else v
+
+
+_MEDIAN = ["IsNan", "SelectV2", "Fill", "Sort", "LogicalNot", "ReduceSum", "Sub", "FloorDiv",
+           "Maximum", "GatherElements", "Equal", "Reshape", "Cast", "Const"]
+
+
+@register([aten.nanmedian.default], _MEDIAN)
+def _nanmedian_all(cx, x):
+    if not x.shape:
+        return x
+    flat = _flat(cx, x)
+    if not x.dtype.is_floating_point:  # no NaN: the lower median
+        from .aten_more import _kth
+
+        return cx.reshape(_kth(cx, flat, (flat.shape[0] - 1) // 2, 0, True, False), [], ())
+    return _nanmedian(cx, flat, 0, False, False)
+
+
+@register([aten.nanmedian.dim], _MEDIAN)
+def _nanmedian_dim(cx, x, dim=0, keepdim=False):
+    """Values always; the indices only when nothing reads them would be too strict, but torch
+    does not define which index an all-NaN slice (or a tie) gets (its nth_element picks 0, 0,
+    0, 2, 2, 3, 5 for all-NaN slices of 1..7), so a graph that reads them is refused."""
+    import operator
+
+    if any(u.target is operator.getitem and u.args[1] == 1 and u.users for u in cx.node.users):
+        raise UnsupportedOpError(
+            f"%{cx.node.name}: nanmedian indices: torch does not specify which index an "
+            "all-NaN slice or a tie returns (its selection algorithm decides), so a lowering "
+            "cannot promise torch's; use the values, or torch.sort and a gather")
+    if not x.dtype.is_floating_point:
+        from .aten_more import _kth
+
+        n = x.shape[dim % len(x.shape)] if x.shape else 1
+        return _kth(cx, x, (n - 1) // 2, dim, keepdim, True)
+    return _nanmedian(cx, x, dim, keepdim, True)
+
+
+# -- writes at positions computed from values ----------------------------------------------------
+@register([aten.put.default], ["Reshape", "Cast", "Less", "Add", "SelectV2", "ScatterElements",
+                               "Const"])
+def _put(cx, x, index, source, accumulate=False):
+    """x.flatten() with source written (or added) at ``index`` (negative counts from the end),
+    one ScatterElements."""
+    dtype, shape = cx.out()
+    n = _numel(x.shape)
+    flat = _flat(cx, cx.cast(x, dtype))
+    idx = _flat(cx, cx.cast(index, torch.int64))
+    if not idx.shape[0]:
+        return cx.reshape(flat, list(shape), shape)
+    e = Ew(cx, torch.int64, idx.shape)
+    idx = e.where(e.less(idx, 0), e.add(idx, n), idx)
+    y = cx.emit1("ScatterElements", [("data", flat), ("indices", idx),
+                                     ("updates", _flat(cx, cx.cast(source, dtype)))],
+                 {"axis": 0, "reduction": "add" if accumulate else "none"}, (dtype, flat.shape))
+    return cx.reshape(y, list(shape), shape)
+
+
+@register([aten.masked_scatter.default], ["BroadcastTo", "Reshape", "Cast", "Cumsum", "Sub",
+                                          "Maximum", "GatherV2", "SelectV2", "Const"])
+def _masked_scatter(cx, x, mask, source):
+    """out[i] = source[k] at the k-th True of the mask (in row-major order), else x[i]: the
+    rank k is a running count of the mask; a mask with more Trues than source has elements
+    gathers out of range (torch raises too)."""
+    dtype, shape = cx.out()
+    n = _numel(shape)
+    if tuple(mask.shape) != tuple(shape):
+        mask = cx.emit1("BroadcastTo", [("x", mask), ("shape", cx.const(list(shape),
+                                                                          torch.int64))],
+                        desc=(torch.bool, tuple(shape)))
+    m = _flat(cx, mask)
+    e = Ew(cx, torch.int64, (n,))
+    rank = cx.emit1("Cumsum", [("x", cx.cast(m, torch.int64)), ("axis", cx.const(0, torch.int64))],
+                    desc=(torch.int64, (n,)))
+    pos = cx.emit1("Maximum", [("x1", e.sub(rank, 1)), ("x2", cx.const(0, torch.int64))],
+                   desc=(torch.int64, (n,)))
+    src = _flat(cx, cx.cast(source, dtype))
+    picked = cx.emit1("GatherV2", [("x", src), ("indices", pos),
+                                   ("axis", cx.const(0, torch.int64))], desc=(dtype, (n,)))
+    y = cx.emit1("SelectV2", [("condition", m), ("then", picked),
+                              ("else", _flat(cx, cx.cast(x, dtype)))], desc=(dtype, (n,)),
+                 port="result")
+    return cx.reshape(y, list(shape), shape)
+
+
+@register([aten.nonzero_static.default], ["NotEqual", "Reshape", "Cast", "Cumsum", "Sub",
+                                          "Less", "LogicalAnd", "SelectV2", "Fill", "BroadcastTo",
+                                          "ScatterElements", "StridedSlice", "Const"])
+def _nonzero_static(cx, x, *, size, fill_value=-1):
+    """The coordinates of the first ``size`` nonzeros (row-major), padded with fill_value:
+    each nonzero's rank (a running count) picks its row; the rest go to a spare row that is
+    cut off. The coordinates of every flat position are a Const."""
+    if not x.shape:  # torch: (size, 0), no coordinates to write
+        return cx.emit1("Fill", [("dims", cx.const([int(size), 0], torch.int64)),
+                                 ("value", cx.const(int(fill_value), torch.int64))],
+                        desc=(torch.int64, (int(size), 0)))
+    rank, n, size = len(x.shape), _numel(x.shape), int(size)
+    buffer = cx.emit1("Fill", [("dims", cx.const([size + 1, rank], torch.int64)),
+                               ("value", cx.const(int(fill_value), torch.int64))],
+                      desc=(torch.int64, (size + 1, rank)))
+    if n == 0 or size == 0:
+        out = buffer
+    else:
+        flat = _flat(cx, x)
+        nz = cx.emit1("NotEqual", [("x1", flat), ("x2", cx.const(0, flat.dtype))],
+                      desc=(torch.bool, (n,)))
+        e = Ew(cx, torch.int64, (n,))
+        count = cx.emit1("Cumsum", [("x", cx.cast(nz, torch.int64)),
+                                    ("axis", cx.const(0, torch.int64))], desc=(torch.int64, (n,)))
+        row = e.sub(count, 1)
+        keep = e.and_(nz, e.less(row, size))
+        row = e.where(keep, row, float(size))
+        row = cx.emit1("BroadcastTo", [("x", cx.reshape(row, [n, 1], (n, 1))),
+                                       ("shape", cx.const([n, rank], torch.int64))],
+                       desc=(torch.int64, (n, rank)))
+        coords = torch.stack(torch.unravel_index(torch.arange(n), tuple(x.shape)), 1)
+        out = cx.emit1("ScatterElements", [("data", buffer), ("indices", row),
+                                           ("updates", cx.const(coords))],
+                       {"axis": 0, "reduction": "none"}, (torch.int64, (size + 1, rank)))
+    return cx.emit1("StridedSlice", [("x", out), ("begin", cx.const([0, 0], torch.int64)),
+                                     ("end", cx.const([size, rank], torch.int64)),
+                                     ("strides", cx.const([1, 1], torch.int64))],
+                    desc=(torch.int64, (size, rank)))
