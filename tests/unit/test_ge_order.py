@@ -104,3 +104,32 @@ def test_nonzero_static_pads_or_cuts(size):
     x = torch.tensor([[0, 3, 0], [1, 0, 2]])
     _same(lambda v: torch.nonzero_static(v, size=size, fill_value=-7), x)
     _same(lambda v: torch.nonzero_static(v, size=size), torch.tensor(4.0))
+
+
+def test_data_dependent_lengths_follow_every_call(monkeypatch):
+    # one compiled graph; each call's nonzero/masked_select/unique/bincount length is its own
+    import torch._dynamo
+
+    from torchair_dist import CompilerConfig, get_npu_backend
+
+    monkeypatch.setattr(torch._dynamo.config, "capture_dynamic_output_shape_ops", True)
+    monkeypatch.setenv("TORCHAIR_DIST_GE_VALIDATE", "1")
+
+    def f(x, m, k):
+        sel = torch.masked_select(x, m)
+        values, inverse, counts = torch.unique(k, return_inverse=True, return_counts=True)
+        runs = torch.unique_consecutive(k, return_counts=True)
+        return (torch.nonzero(x), sel * 2 + 1, sel.sum(), torch.argwhere(m).float().mean(0),
+                values, inverse, counts, runs[0], runs[1], torch.bincount(k, minlength=3))
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend=get_npu_backend(compiler_config=CompilerConfig()),
+                             fullgraph=True)
+    for seed in range(4):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(5, 6, generator=g) * (torch.rand(5, 6, generator=g) > 0.3 * seed)
+        m = torch.rand(5, 6, generator=g) > 0.25 * seed
+        k = torch.randint(0, 3 + 2 * seed, (7,), generator=g)
+        assert_same(f(x, m, k), compiled(x, m, k))
+    m_empty = torch.zeros(5, 6, dtype=torch.bool)
+    assert_same(f(x, m_empty, k), compiled(x, m_empty, k))

@@ -201,10 +201,13 @@ def decompose_unconverted(gm: torch.fx.GraphModule) -> int:
 # Why an op that neither converts nor decomposes is refused (matched on the op name, first
 # match wins); the refusal lists it next to the op.
 REFUSALS = [
-    (("nonzero", "masked_select", "unique", "bincount", "histogram", "_histogramdd",
-      "segment_reduce", "sym_storage_offset", "_embedding_bag"),
-     "its output shape depends on the input values: graphs are converted with the shapes "
-     "Dynamo traced, and GE's dynamic-shape ops (NonZero, Unique, ...) are not lowered yet"),
+    (("histogram", "_histogramdd"),
+     "the bin range comes from the data, and GE's Histogram takes its range as attributes"),
+    (("sym_storage_offset",),
+     "a view at a storage offset that depends on the input values (tensor_split at tensor "
+     "indices): GE tensors have no storage offsets"),
+    (("segment_reduce", "_embedding_bag"),
+     "not lowered yet: a segmented reduction (GE's SegmentSum/UnsortedSegment* could carry it)"),
     (("linalg_", "_linalg_", "cholesky", "lu_", "lu", "geqrf", "ormqr", "triangular_solve",
       "matrix_exp"),
      "dense linear algebra (factorizations with info/pivot outputs) has no converter; "

@@ -179,3 +179,32 @@ def _search_sorted(spec: OpSpec):
         return torch.searchsorted(sorted_sequence, values, right=right, sorter=sorter,
                                   out_int32=out_int32)
     return run
+
+
+@kernel("UniqueWithCountsAndSorting")
+def _unique_sorted(spec: OpSpec):
+    """(sorted unique values, each element's index into them, each value's count)."""
+    return lambda x: torch.unique(x, sorted=True, return_inverse=True, return_counts=True)
+
+
+@kernel("UniqueConsecutive")
+def _unique_consecutive(spec: OpSpec):
+    """Runs of equal neighbours collapsed: (values, run index of each element, run lengths);
+    ``axis`` 1000 flattens first."""
+    axis = int(spec.attr("axis", 1000))
+
+    def run(x):
+        if axis == 1000:
+            x = x.reshape(-1)
+            return torch.unique_consecutive(x, return_inverse=True, return_counts=True)
+        return torch.unique_consecutive(x, return_inverse=True, return_counts=True, dim=axis)
+    return run
+
+
+@kernel("Bincount")
+def _bincount(spec: OpSpec):
+    """``bins[i]`` = the sum of ``weights`` where ``array == i``, for i < ``size``."""
+    def run(array, size, weights):
+        n = int(size.reshape(-1)[0]) if isinstance(size, torch.Tensor) else int(size)
+        return torch.zeros(n, dtype=weights.dtype).index_add_(0, array.long(), weights)
+    return run
