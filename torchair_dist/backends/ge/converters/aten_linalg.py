@@ -203,3 +203,68 @@ def _cholesky_inverse(cx, factor, upper=False):
     n = shape[-1]
     eye = cx.const(torch.eye(n, dtype=f.dtype).expand(tuple(shape)).contiguous())
     return cx.cast(_chol_solve(cx, eye, f, bool(upper), shape), dtype)
+
+
+@register([aten.linalg_pinv.atol_rtol_tensor, aten.linalg_pinv.atol_rtol_float],
+          ["Svd", "Tril", "Transpose", "Add", "ReduceMax", "Mul", "Maximum", "Greater",
+           "RealDiv", "SelectV2", "Fill", "Unsqueeze", "BatchMatMulV2", "Cast", "Const"])
+def _pinv(cx, a, atol=None, rtol=None, hermitian=False):
+    """V diag(1/s where s > max(atol, rtol * s_max), else 0) U^T from GE's Svd, torch's
+    definition. ``rtol`` unset: 0 when ``atol`` > 0, else eps * max(m, n) (torch's rule).
+    ``hermitian``: torch reads the lower triangle only, so the matrix is rebuilt from it
+    first (an SVD of a symmetric matrix gives the same pseudo-inverse as its eigh)."""
+    from .series import Ew
+
+    if a.dtype.is_complex:
+        raise UnsupportedOpError(f"%{cx.node.name}: pinv of a complex matrix (GE's Svd here is "
+                                 "real)")
+    dtype, shape = cx.out()
+    x = _work(cx, a)
+    work = x.dtype
+    *batch, m, n = x.shape
+    k = min(m, n)
+    if hermitian:
+        low = cx.emit1("Tril", [("x", x)], {"diagonal": 0}, (work, x.shape))
+        strict = cx.emit1("Tril", [("x", x)], {"diagonal": -1}, (work, x.shape))
+        x = cx.emit1("Add", [("x1", low), ("x2", _mt(cx, strict, (work, x.shape)))],
+                     desc=(work, x.shape))
+    s, u, v = cx.emit("Svd", [("x", x)], {"compute_uv": True, "full_matrices": False},
+                      [("sigma", (work, tuple(batch) + (k,))), ("u", (work, tuple(batch) + (m, k))),
+                       ("v", (work, tuple(batch) + (n, k)))])
+    sshape = tuple(batch) + (k,)
+    e = Ew(cx, work, sshape)
+    top = cx.emit1("ReduceMax", [("x", s), ("axes", cx.const([len(sshape) - 1], torch.int64))],
+                   {"keep_dims": True}, (work, tuple(batch) + (1,)))
+    eps = torch.finfo(work).eps * max(m, n)
+    tol_a = cx.cast(atol, work) if atol is not None and not isinstance(atol, (int, float)) else \
+        e.t(float(atol or 0.0))
+    if rtol is None:
+        if atol is None:
+            tol_r = e.t(eps)
+        else:
+            positive = cx.emit1("Greater", [("x1", tol_a), ("x2", e.t(0.0))],
+                                desc=(torch.bool, tuple(getattr(tol_a, "shape", ()))))
+            tol_r = cx.emit1("SelectV2", [("condition", positive), ("then", e.t(0.0)),
+                                          ("else", e.t(eps))],
+                             desc=(work, tuple(getattr(tol_a, "shape", ()))), port="result")
+    else:
+        tol_r = cx.cast(rtol, work) if not isinstance(rtol, (int, float)) else e.t(float(rtol))
+    # atol/rtol broadcast against the batch: one value per matrix, as torch's [..., None]
+    if not isinstance(atol, (int, float)) and atol is not None and tuple(tol_a.shape):
+        tol_a = cx.emit1("Unsqueeze", [("x", tol_a)], {"axes": [-1]},
+                         (work, tuple(tol_a.shape) + (1,)))
+    if not isinstance(rtol, (int, float)) and tuple(getattr(tol_r, "shape", ())):
+        tol_r = cx.emit1("Unsqueeze", [("x", tol_r)], {"axes": [-1]},
+                         (work, tuple(tol_r.shape) + (1,)))
+    cut = cx.emit1("Maximum", [("x1", tol_a), ("x2", cx.emit1(
+        "Mul", [("x1", tol_r), ("x2", top)], desc=(work, tuple(batch) + (1,))))],
+        desc=(work, tuple(batch) + (1,)))
+    keep = cx.emit1("Greater", [("x1", s), ("x2", cut)], desc=(torch.bool, sshape))
+    safe = e.where(keep, s, 1.0)
+    inv = e.where(keep, e.div(1.0, safe), 0.0)
+    vs = cx.emit1("Mul", [("x1", v), ("x2", cx.emit1("Unsqueeze", [("x", inv)], {"axes": [-2]},
+                                                      (work, tuple(batch) + (1, k))))],
+                  desc=(work, tuple(batch) + (n, k)))
+    y = cx.emit1("BatchMatMulV2", [("x1", vs), ("x2", u)], {"adj_x1": False, "adj_x2": True},
+                 (work, tuple(batch) + (n, m)))
+    return cx.cast(y, dtype)
