@@ -148,40 +148,6 @@ def _constant_pad_nd(cx, x, pad, value=0):
                     {"mode": "constant", "paddings_contiguous": True})
 
 
-@register([aten.convolution.default], ["Conv2D", "Reshape", "Add", "Cast", "Const", "Pack"])
-def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, output_padding,
-                 groups):
-    """1-D and 2-D convolutions (Mamba-style causal depthwise conv1d) as NCHW Conv2D; a 1-D
-    one runs with H = 1. The bias is added after (Conv2D's bias input has no bf16)."""
-    from ....errors import UnsupportedOpError
-
-    cx.require_float(x, "Conv2D")
-    rank = len(x.shape)
-    if transposed or rank not in (3, 4):
-        raise UnsupportedOpError(f"%{cx.node.name}: only 1-D/2-D forward convolutions have a GE "
-                                 f"lowering")
-    dtype, shape = cx.out()
-    if rank == 3:
-        x = cx.reshape(x, [cx.dim(x, 0), x.shape[1], 1, cx.dim(x, 2)],
-                       (x.shape[0], x.shape[1], 1, x.shape[2]))
-        weight = cx.reshape(weight, [weight.shape[0], weight.shape[1], 1, weight.shape[2]],
-                            (weight.shape[0], weight.shape[1], 1, weight.shape[2]))
-        stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
-    out4 = tuple(shape) if rank == 4 else (shape[0], shape[1], 1, shape[2])
-    y = cx.emit1("Conv2D", [("x", x), ("filter", cx.cast(weight, x.dtype))],
-                 {"strides": [1, 1, *stride], "pads": [padding[0], padding[0], padding[1],
-                                                       padding[1]],
-                  "dilations": [1, 1, *dilation], "groups": int(groups), "data_format": "NCHW"},
-                 (x.dtype, out4))
-    if rank == 3:
-        y = cx.reshape(y, [cx.dim(y, 0), shape[1], cx.dim(y, 3)], tuple(shape))
-    if bias is not None:
-        b = cx.reshape(bias, [bias.shape[0]] + [1] * (len(shape) - 2),
-                       (bias.shape[0],) + (1,) * (len(shape) - 2))
-        y = cx.emit1("Add", [("x1", y), ("x2", cx.cast(b, y.dtype))], None, (y.dtype, tuple(shape)))
-    return cx.cast(y, dtype)
-
-
 @register([aten.eye.default, aten.eye.m], ["Const"])
 def _eye(cx, n, m=None, **_):
     """An identity matrix of static size is a constant."""

@@ -1,0 +1,72 @@
+"""Convolutions onto GE: 3-D and transposed ones in float16 (the only float type the
+registry's Conv3D / Conv2DTranspose / Conv3DTranspose take) equal eager over strides, padding,
+dilation, groups and output_padding; wider dtypes are refused with the reason; 3-D average
+pooling and pdist equal eager."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from test_ge_common import ge_roundtrip  # noqa: F401  (ge_validate is autouse)
+from torchair_dist.errors import UnsupportedOpError
+
+
+def _r(*shape, seed=0, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _close(fn, *inputs, tol=1e-4):
+    out, converted, _ = ge_roundtrip(fn, *inputs)
+    torch.testing.assert_close(out[0], fn(*inputs), rtol=tol, atol=tol)
+    return {op.type for op in converted.model.graph[0].op}
+
+
+def _half_ref(fn):
+    # eager float16 convs on CPU accumulate differently: compare with float32 rounded
+    return lambda *a: fn(*[t.float() for t in a]).half()
+
+
+@pytest.mark.parametrize("kw", [{}, {"stride": 2, "padding": 1}, {"dilation": 2, "groups": 2},
+                                {"stride": (1, 2, 1), "padding": (0, 1, 2)}])
+def test_conv3d_float16(kw):
+    x, w = _r(2, 4, 5, 6, 7, dtype=torch.float16), _r(6, 4 // kw.get("groups", 1), 3, 2, 3,
+                                                     seed=1, dtype=torch.float16)
+    out, converted, _ = ge_roundtrip(lambda a, b: F.conv3d(a, b, **kw), x, w)
+    torch.testing.assert_close(out[0], _half_ref(lambda a, b: F.conv3d(a, b, **kw))(x, w),
+                               rtol=1e-2, atol=1e-2)
+    assert "Conv3D" in {op.type for op in converted.model.graph[0].op}
+
+
+@pytest.mark.parametrize("dims,kw", [
+    (1, {"stride": 2, "padding": 1, "output_padding": 1}),
+    (2, {"stride": (2, 3), "padding": (1, 0), "output_padding": (1, 2), "dilation": 1}),
+    (2, {"groups": 2, "dilation": 2}),
+    (3, {"stride": 2, "padding": 1, "output_padding": 1}),
+])
+def test_conv_transpose_float16(dims, kw):
+    fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[dims]
+    x = _r(2, 4, *([5] * dims), dtype=torch.float16)
+    w = _r(4, 6 // kw.get("groups", 1), *([3] * dims), seed=2, dtype=torch.float16)
+    b = _r(6, seed=3, dtype=torch.float16)
+    out, converted, _ = ge_roundtrip(lambda a, c, d: fn(a, c, d, **kw), x, w, b)
+    torch.testing.assert_close(out[0], _half_ref(lambda a, c, d: fn(a, c, d, **kw))(x, w, b),
+                               rtol=1e-2, atol=1e-2)
+    assert {"Conv2DTranspose", "Conv3DTranspose"} & {op.type for op in converted.model.graph[0].op}
+
+
+def test_float32_3d_and_transposed_are_refused_with_the_reason():
+    with pytest.raises(UnsupportedOpError, match="take float16"):
+        ge_roundtrip(lambda a, b: F.conv3d(a, b), _r(1, 2, 4, 4, 4), _r(3, 2, 2, 2, 2))
+    with pytest.raises(UnsupportedOpError, match="transposed convolution of torch.float32"):
+        ge_roundtrip(lambda a, b: F.conv_transpose2d(a, b), _r(1, 2, 4, 4), _r(2, 3, 2, 2))
+
+
+@pytest.mark.parametrize("kw", [{}, {"stride": 1, "padding": 1}, {"ceil_mode": True},
+                                {"padding": 1, "count_include_pad": False},
+                                {"divisor_override": 3}])
+def test_avg_pool3d(kw):
+    assert "AvgPool3D" in _close(lambda a: F.avg_pool3d(a, 2, **kw), _r(2, 3, 5, 6, 7))
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.0, float("inf")])
+def test_pdist(p):
+    _close(lambda a: F.pdist(a, p), _r(6, 4))
