@@ -313,7 +313,6 @@ def _as_strided(cx, x, size, stride, storage_offset=None):
     return cx.cast(y, dtype)
 
 
-_SCATTER_REDUCE = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
 
 
 @register([aten.scatter_add.default, aten.scatter_reduce.two],
@@ -321,36 +320,10 @@ _SCATTER_REDUCE = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
            "Const"])
 def _scatter_reduce(cx, x, dim, index, src, reduce="sum", *, include_self=True):
     """ScatterElements with a reduction (ONNX semantics: reduces into the existing values)."""
+    from .aten_order import scatter_reduce_value
+
     return scatter_reduce_value(cx, x, dim % max(len(x.shape), 1), index, src, reduce,
                                 include_self)
-
-
-def scatter_reduce_value(cx, x, axis, index, src, reduce, include_self):
-    from ....errors import UnsupportedOpError
-
-    if reduce == "mean":
-        from .aten_order import scatter_mean
-
-        return scatter_mean(cx, x, axis, index, src, include_self)
-    if reduce not in _SCATTER_REDUCE:
-        raise UnsupportedOpError(f"%{cx.node.name}: scatter_reduce(reduce={reduce!r}) has no GE "
-                                 "lowering (sum/prod/mean/amax/amin do)")
-    if not include_self:  # first overwrite the scattered-to places with the identity
-        dtype = x.dtype
-        ident = {"sum": 0, "prod": 1}.get(reduce)
-        if ident is None and dtype == torch.bool:
-            ident = reduce == "amin"  # max over {False, True} starts at False, min at True
-        elif ident is None:
-            big = torch.finfo(dtype).max if dtype.is_floating_point else torch.iinfo(dtype).max
-            ident = -big if reduce == "amax" else big
-            if dtype.is_floating_point:
-                ident = float("-inf") if reduce == "amax" else float("inf")
-        fill = cx.emit1("Fill", [("dims", cx.const(list(src.shape), torch.int64)),
-                                 ("value", cx.const(ident, dtype))], desc=(dtype, src.shape))
-        x = cx.emit1("ScatterElements", [("data", x), ("indices", index), ("updates", fill)],
-                     {"axis": axis, "reduction": "none"}, desc=(dtype, x.shape))
-    return cx.emit1("ScatterElements", [("data", x), ("indices", index), ("updates", src)],
-                    {"axis": axis, "reduction": _SCATTER_REDUCE[reduce]}, desc=(x.dtype, x.shape))
 
 
 # -- special functions GE has an op for ---------------------------------------------------

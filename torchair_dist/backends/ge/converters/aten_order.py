@@ -66,6 +66,36 @@ def _as_strided_scatter(cx, x, src, size, stride, storage_offset=0):
 
 
 # -- reductions into indexed places ------------------------------------------------------------
+_SCATTER_REDUCE = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
+
+
+def scatter_reduce_value(cx, x, axis, index, src, reduce, include_self):
+    """scatter_reduce of ``src`` into ``x`` along ``axis``: ScatterElements with a reduction
+    (ONNX semantics: reduces into the existing values); without ``include_self`` the places
+    are first overwritten with the reduction's identity; "mean" is :func:`scatter_mean`."""
+    if reduce == "mean":
+        return scatter_mean(cx, x, axis, index, src, include_self)
+    if reduce not in _SCATTER_REDUCE:
+        raise UnsupportedOpError(f"%{cx.node.name}: scatter_reduce(reduce={reduce!r}) has no GE "
+                                 "lowering (sum/prod/mean/amax/amin do)")
+    if not include_self:  # first overwrite the scattered-to places with the identity
+        dtype = x.dtype
+        ident = {"sum": 0, "prod": 1}.get(reduce)
+        if ident is None and dtype == torch.bool:
+            ident = reduce == "amin"  # max over {False, True} starts at False, min at True
+        elif ident is None:
+            big = torch.finfo(dtype).max if dtype.is_floating_point else torch.iinfo(dtype).max
+            ident = -big if reduce == "amax" else big
+            if dtype.is_floating_point:
+                ident = float("-inf") if reduce == "amax" else float("inf")
+        fill = cx.emit1("Fill", [("dims", cx.const(list(src.shape), torch.int64)),
+                                 ("value", cx.const(ident, dtype))], desc=(dtype, src.shape))
+        x = cx.emit1("ScatterElements", [("data", x), ("indices", index), ("updates", fill)],
+                     {"axis": axis, "reduction": "none"}, desc=(dtype, x.shape))
+    return cx.emit1("ScatterElements", [("data", x), ("indices", index), ("updates", src)],
+                    {"axis": axis, "reduction": _SCATTER_REDUCE[reduce]}, desc=(x.dtype, x.shape))
+
+
 def scatter_mean(cx, x, axis, index, src, include_self):
     """torch's scatter_reduce(reduce="mean"): sum and count per place (the place's own value
     counts once when ``include_self``); places nothing is scattered to keep x; integers divide
@@ -100,8 +130,6 @@ def scatter_mean(cx, x, axis, index, src, include_self):
                                         "Const"])
 def _index_reduce(cx, x, dim, index, source, reduce, *, include_self=True):
     """index_reduce is scatter_reduce with the 1-D index broadcast along ``dim`` of source."""
-    from .aten_core import scatter_reduce_value
-
     if not source.shape:  # a 0-d source/self: one place, scattered as a [1] tensor
         one = cx.reshape(cx.cast(index, torch.int64), [1], (1,))
         y = scatter_reduce_value(cx, cx.reshape(x, [1], (1,)), 0, one,
