@@ -212,9 +212,12 @@ REFUSALS = [
       "matrix_exp"),
      "dense linear algebra (factorizations with info/pivot outputs) has no converter; "
      "inference graphs rarely need it"),
+    (("special_hermite", "special_laguerre", "special_legendre"),
+     "a special function with no GE op and no closed form: its recurrence runs n steps, and "
+     "the degree n is a tensor whose value is unknown when the graph is built"),
     (("special_", "bessel"),
      "a special function with no GE op, not composed from elementwise ops yet (Bessel J/Y/K, "
-     "Airy, orthogonal polynomials; lgamma, digamma, polygamma, erfcx, i0/i1 are)"),
+     "Airy; lgamma, digamma, polygamma, erfcx, i0/i1, Chebyshev polynomials are)"),
     (("mode",),
      "no converter: torch.mode's index among equal values comes from its sort order, which a "
      "GE Sort does not promise"),

@@ -16,8 +16,9 @@ from ..builder import TensorRef
 Operand = Union[TensorRef, float, int]
 
 EMITS = ("Add", "Sub", "Mul", "RealDiv", "Neg", "Exp", "Log", "Sin", "Cos", "Tan", "Abs",
-         "Floor", "Round", "Sqrt", "Less", "LessEqual", "Equal", "IsNan", "IsInf",
-         "LogicalOr", "LogicalAnd", "SelectV2", "Fill", "Cast", "Const")
+         "Floor", "Round", "Trunc", "Sqrt", "Acos", "Acosh", "Cosh", "Sinh", "Less",
+         "LessEqual", "Equal", "IsNan", "IsInf", "LogicalOr", "LogicalAnd", "LogicalNot",
+         "SelectV2", "Fill", "Cast", "Const")
 
 
 class Ew:
@@ -58,6 +59,15 @@ class Ew:
     def floor(self, a): return self._un("Floor", a)  # noqa: E704
     def round(self, a): return self._un("Round", a)  # noqa: E704
     def sqrt(self, a): return self._un("Sqrt", a)  # noqa: E704
+    def trunc(self, a):
+        return self.cx.emit1("Trunc", [("input_x", self.t(a))], desc=(self.dtype, self.shape),
+                             port="output_y")
+
+    def acos(self, a): return self._un("Acos", a)  # noqa: E704
+    def acosh(self, a): return self._un("Acosh", a)  # noqa: E704
+    def cosh(self, a): return self._un("Cosh", a)  # noqa: E704
+    def sinh(self, a): return self._un("Sinh", a)  # noqa: E704
+    def not_(self, a): return self._un("LogicalNot", a, torch.bool)  # noqa: E704
     def less(self, a, b): return self._bin("Less", a, b, torch.bool)  # noqa: E704
     def less_equal(self, a, b): return self._bin("LessEqual", a, b, torch.bool)  # noqa: E704
     def equal(self, a, b): return self._bin("Equal", a, b, torch.bool)  # noqa: E704

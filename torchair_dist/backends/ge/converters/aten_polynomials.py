@@ -1,0 +1,115 @@
+"""Converters: Chebyshev polynomials T, U, V, W (and the shifted ones, P(2x - 1)) of a tensor
+degree n, in closed form, following torch's definition branch by branch:
+
+- n is truncated to an integer (torch casts it); n < 0 gives 0, n = 0 gives 1, n = 1 the first
+  polynomial; |x| = 1 torch's exact values;
+- |x| < 1: the trigonometric forms (T: cos(n t), U: sin((n+1) t) / sin t, V: cos((n+1/2) t) /
+  cos(t/2), W: sin((n+1/2) t) / sin(t/2), t = acos x) — what torch uses for n > 6 or 8 and
+  within float rounding of its recurrence below;
+- |x| > 1: the hyperbolic forms with p = acosh|x| and the parity sign for x < -1 (V and W swap
+  there). torch runs the three-term recurrence, which overflows to inf and then gives NaN
+  (inf - inf) two steps later: a value is NaN where the form at n - 2 already overflows, as
+  torch's; x = +-inf gives torch's inf at n = 2 and NaN beyond.
+
+Accuracy: rtol/atol 1e-4 in float32 against torch (tests/unit/test_ge_polynomials.py).
+Hermite, Laguerre and Legendre have no closed form: their recurrence runs n steps, unknown
+when the graph is built, so they stay refused.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .registry import register
+from .series import EMITS, Ew
+
+aten = torch.ops.aten
+
+
+def _parts(e, x, n):
+    ax = e.abs(x)
+    inside = e.less(ax, 1.0)
+    on_edge = e.equal(ax, 1.0)
+    theta = e.acos(e.where(inside, x, 0.0))
+    phi = e.acosh(e.where(e.or_(inside, on_edge), 2.0, ax))
+    half = e.mul(n, 0.5)
+    odd = e.not_(e.equal(e.floor(half), half))
+    return ax, inside, on_edge, theta, phi, odd
+
+
+def chebyshev(e, x, n_raw, kind: str):
+    n = e.trunc(n_raw)
+    ax, inside, on_edge, theta, phi, odd = _parts(e, x, n)
+    pos = e.less(0.0, x)
+    even_or_pos = e.or_(pos, e.not_(odd))
+    two_n1 = e.add(e.mul(n, 2.0), 1.0)
+    nh = e.add(n, 0.5)
+
+    def hyp(m, flavour):
+        """the |x| > 1 magnitude at degree m for a flavour: T, U, V (cosh form), W (sinh)."""
+        if flavour == "T":
+            return e.cosh(e.mul(m, phi))
+        if flavour == "U":
+            return e.div(e.sinh(e.mul(e.add(m, 1.0), phi)), e.sinh(phi))
+        mh = e.add(m, 0.5)
+        if flavour == "V":
+            return e.div(e.cosh(e.mul(mh, phi)), e.cosh(e.mul(phi, 0.5)))
+        return e.div(e.sinh(e.mul(mh, phi)), e.sinh(e.mul(phi, 0.5)))
+
+    if kind == "T":
+        trig = e.cos(e.mul(n, theta))
+        edge = e.where(even_or_pos, 1.0, -1.0)
+        first = x
+    elif kind == "U":
+        trig = e.div(e.sin(e.mul(e.add(n, 1.0), theta)), e.sin(theta))
+        edge = e.where(even_or_pos, e.add(n, 1.0), e.neg(e.add(n, 1.0)))
+        first = e.add(x, x)
+    elif kind == "V":
+        trig = e.div(e.cos(e.mul(nh, theta)), e.cos(e.mul(theta, 0.5)))
+        edge = e.where(pos, 1.0, e.where(odd, e.neg(two_n1), two_n1))
+        first = e.sub(e.add(x, x), 1.0)
+    else:
+        trig = e.div(e.sin(e.mul(nh, theta)), e.sin(e.mul(theta, 0.5)))
+        edge = e.where(pos, two_n1, e.where(odd, -1.0, 1.0))
+        first = e.add(e.add(x, x), 1.0)
+    # x > 1: the kind's own form; x < -1: parity sign, and V <-> W
+    flip = {"T": "T", "U": "U", "V": "W", "W": "V"}[kind]
+    right, left = hyp(n, kind), hyp(n, flip)
+    sign = e.where(odd, -1.0, 1.0)
+    outside = e.where(pos, right, e.mul(sign, left))
+    before = e.where(pos, hyp(e.sub(n, 2.0), kind), hyp(e.sub(n, 2.0), flip))
+    outside = e.where(e.and_(e.isinf(before), e.less(1.0, n)), math.nan, outside)
+    y = e.where(inside, trig, outside)
+    infinite = e.isinf(x)
+    y = e.where(infinite, e.where(e.equal(n, 2.0), math.inf, math.nan), y)
+    y = e.where(on_edge, edge, y)
+    y = e.where(e.equal(n, 1.0), first, y)
+    y = e.where(e.equal(n, 0.0), 1.0, y)
+    return e.where(e.less(n, 0.0), 0.0, y)
+
+
+def _converter(kind: str, shifted: bool):
+    def conv(cx, x, n):
+        dtype, shape = cx.out()
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        e = Ew(cx, work, shape)
+        xv, nv = cx.cast(x, work) if hasattr(x, "dtype") else e.t(x), \
+            cx.cast(n, work) if hasattr(n, "dtype") else e.t(n)
+        if tuple(getattr(xv, "shape", ())) != tuple(shape):
+            xv = e.add(xv, e.full(0.0))  # broadcast to the output shape
+        if tuple(getattr(nv, "shape", ())) != tuple(shape):
+            nv = e.add(nv, e.full(0.0))
+        if shifted:
+            xv = e.sub(e.add(xv, xv), 1.0)
+        return cx.cast(chebyshev(e, xv, nv, kind), dtype)
+    return conv
+
+
+for _kind in "tuvw":
+    for _shifted in (False, True):
+        _name = ("special_shifted_chebyshev_polynomial_" if _shifted
+                 else "special_chebyshev_polynomial_") + _kind
+        _packet = getattr(aten, _name)
+        register([_packet.default, _packet.x_scalar, _packet.n_scalar],
+                 EMITS)(_converter(_kind.upper(), _shifted))
