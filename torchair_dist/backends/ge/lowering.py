@@ -208,10 +208,13 @@ REFUSALS = [
      "indices): GE tensors have no storage offsets"),
     (("segment_reduce", "_embedding_bag"),
      "not lowered yet: a segmented reduction (GE's SegmentSum/UnsortedSegment* could carry it)"),
-    (("linalg_", "_linalg_", "cholesky", "lu_", "lu", "geqrf", "ormqr", "triangular_solve",
-      "matrix_exp"),
-     "dense linear algebra (factorizations with info/pivot outputs) has no converter; "
-     "inference graphs rarely need it"),
+    (("linalg_eig", "linalg_householder_product", "geqrf", "ormqr", "linalg_ldl"),
+     "a factorisation GE has no op for: complex eigen-decomposition (eig), Householder "
+     "reflector forms (geqrf/ormqr/householder_product; GE's Qr gives Q and R only), LDL^T"),
+    (("linalg_matrix_exp", "matrix_exp"),
+     "matrix_exp scales and squares a data-dependent number of times: not lowered"),
+    (("linalg_", "_linalg_", "cholesky", "lu_", "lu", "triangular_solve"),
+     "dense linear algebra variant with no converter"),
     (("special_hermite", "special_laguerre", "special_legendre"),
      "a special function with no GE op and no closed form: its recurrence runs n steps, and "
      "the degree n is a tensor whose value is unknown when the graph is built"),

@@ -208,3 +208,30 @@ def _bincount(spec: OpSpec):
         n = int(size.reshape(-1)[0]) if isinstance(size, torch.Tensor) else int(size)
         return torch.zeros(n, dtype=weights.dtype).index_add_(0, array.long(), weights)
     return run
+
+
+@kernel("Lu")
+def _lu(spec: OpSpec):
+    """TensorFlow's LU: (packed unit-lower L and U, permutation p with input[p] = L U), by
+    partial pivoting; ``output_idx_type`` is p's int type."""
+    idx = spec.outputs[1][0]
+
+    def run(x):
+        lu, pivots, _ = torch.linalg.lu_factor_ex(x)  # a singular matrix factors too
+        perm, _, _ = torch.lu_unpack(lu, pivots, unpack_data=False)
+        return lu, perm.argmax(-2).to(idx)  # perm[p[i], i] = 1
+    return run
+
+
+@kernel("OneHot")
+def _one_hot(spec: OpSpec):
+    """``depth``-long vectors with ``on_value`` at each index of ``x`` and ``off_value``
+    elsewhere, the new dim at ``axis`` (default -1, the last)."""
+    axis = int(spec.attr("axis", -1))
+
+    def run(x, depth, on_value, off_value):
+        n = int(depth.reshape(-1)[0]) if isinstance(depth, torch.Tensor) else int(depth)
+        hot = torch.nn.functional.one_hot(x.long(), n).bool()
+        y = torch.where(hot, on_value.reshape(()), off_value.reshape(()))
+        return y if axis == -1 else y.movedim(-1, axis)
+    return run
