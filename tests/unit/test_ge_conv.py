@@ -70,3 +70,19 @@ def test_avg_pool3d(kw):
 @pytest.mark.parametrize("p", [1.0, 2.0, 3.0, float("inf")])
 def test_pdist(p):
     _close(lambda a: F.pdist(a, p), _r(6, 4))
+
+
+@pytest.mark.parametrize("size", [(3, 4), (1, 1), (5, 2)])
+def test_adaptive_max_pool2d_values_and_indices(size):
+    x = _r(2, 3, 7, 9)
+    out, converted, _ = ge_roundtrip(lambda a: F.adaptive_max_pool2d(a, size, return_indices=True),
+                                     x)
+    want = F.adaptive_max_pool2d(x, size, return_indices=True)
+    torch.testing.assert_close(out[0], want[0])
+    assert torch.equal(out[1], want[1])
+    assert "AdaptiveMaxPool2d" in {op.type for op in converted.model.graph[0].op}
+
+
+def test_bilinear_is_trilinear_written_out():
+    x1, x2, w, b = _r(4, 3), _r(4, 5, seed=1), _r(6, 3, 5, seed=2), _r(6, seed=3)
+    _close(lambda a, c, d, e: F.bilinear(a, c, d, e), x1, x2, w, b)

@@ -109,3 +109,10 @@ def test_fft_kernels_follow_the_ge_definitions():
     # IRFFT: a half spectrum back to fft_length real samples (divided by fft_length)
     half = torch.fft.fft(x)[:, :4]
     torch.testing.assert_close(_one_op("IRFFT", half, 6, torch.float32, 6), x, **TOL)
+
+
+def test_silu_of_a_complex_tensor():
+    z = torch.complex(_signal(4, 5), _signal(4, 5, seed=7))
+    out, converted, _ = ge_roundtrip(lambda v: torch.nn.functional.silu(v), z)
+    assert_same(torch.nn.functional.silu(z), out, **TOL)
+    assert "Swish" not in _types(converted) and "Exp" in _types(converted)

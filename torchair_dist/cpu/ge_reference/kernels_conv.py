@@ -62,3 +62,15 @@ def _avg_pool3d(spec: OpSpec):
 def _pdist(spec: OpSpec):
     p = float(spec.attr("p", 2.0))
     return lambda x: F.pdist(x, p)
+
+
+@kernel("AdaptiveMaxPool2d")
+def _adaptive_max_pool2d(spec: OpSpec):
+    """(max over each adaptive window of the last two dims, its flat index in the plane)."""
+    size = list(spec.attr("output_size"))
+    idx = spec.outputs[1][0]
+
+    def run(x):
+        y, i = F.adaptive_max_pool2d(x, size, return_indices=True)
+        return y, i.to(idx)
+    return run

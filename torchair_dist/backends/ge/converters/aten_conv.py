@@ -100,3 +100,16 @@ def _avg_pool3d(cx, x, kernel_size, stride=(), padding=0, ceil_mode=False,
 def _pdist(cx, x, p=2.0):
     cx.require_float(x, "Pdist")
     return cx.emit1("Pdist", [("x", x)], {"p": float(p)})
+
+
+@register([aten.adaptive_max_pool2d.default], ["AdaptiveMaxPool2d", "Cast"])
+def _adaptive_max_pool2d(cx, x, output_size):
+    """GE's AdaptiveMaxPool2d (PyTorch's windows; argmax is the flat index in the input plane,
+    as torch's indices)."""
+    cx.require_float(x, "AdaptiveMaxPool2d")
+    (vdt, vshape), (idt, ishape) = cx.out(0), cx.out(1)
+    work = x.dtype if x.dtype in (torch.float32, torch.float16, torch.float64) else torch.float32
+    y, idx = cx.emit("AdaptiveMaxPool2d", [("x", cx.cast(x, work))],
+                     {"output_size": [int(v) for v in output_size]},
+                     [("y", (work, tuple(vshape))), ("argmax", (torch.int64, tuple(ishape)))])
+    return [cx.cast(y, vdt), cx.cast(idx, idt)]

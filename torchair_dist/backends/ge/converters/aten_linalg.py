@@ -268,3 +268,31 @@ def _pinv(cx, a, atol=None, rtol=None, hermitian=False):
     y = cx.emit1("BatchMatMulV2", [("x1", vs), ("x2", u)], {"adj_x1": False, "adj_x2": True},
                  (work, tuple(batch) + (n, m)))
     return cx.cast(y, dtype)
+
+
+@register([aten._trilinear.default], ["Unsqueeze", "Mul", "ReduceSum", "Cast", "Const"])
+def _trilinear(cx, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """torch's definition written out: each input gets size-1 dims at its ``expand`` list, the
+    three are multiplied with broadcasting and summed over ``sumdim`` (bilinear layers); low
+    precision computes in float32."""
+    dtype, shape = cx.out()
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    parts = []
+    for t, expand in ((i1, expand1), (i2, expand2), (i3, expand3)):
+        t = cx.cast(t, work)
+        full = list(t.shape)
+        for d in sorted(expand):
+            full.insert(d, 1)
+        if expand:
+            t = cx.emit1("Unsqueeze", [("x", t)], {"axes": sorted(int(d) for d in expand)},
+                         (work, tuple(full)))
+        parts.append(t)
+    rank = len(parts[0].shape)
+    full = tuple(max(p.shape[i] for p in parts) for i in range(rank))
+    y = cx.emit1("Mul", [("x1", parts[0]), ("x2", parts[1])], desc=(work, full))
+    y = cx.emit1("Mul", [("x1", y), ("x2", parts[2])], desc=(work, full))
+    if sumdim:
+        y = cx.emit1("ReduceSum", [("x", y), ("axes", cx.const(sorted(int(d) for d in sumdim),
+                                                               torch.int64))],
+                     {"keep_dims": False}, (work, tuple(shape)))
+    return cx.cast(y, dtype)

@@ -122,13 +122,22 @@ for _op, _ge in [(aten.neg.default, "Neg"), (aten.abs.default, "Abs"),
                  (aten.round.default, "Round"), (aten.sign.default, "Sign"),
                  (aten.log1p.default, "Log1p"), (aten.expm1.default, "Expm1")]:
     register([_op], [_ge, "Cast", "Identity"])(_unary(_ge))
-@register([aten.silu.default], ["Swish", "Cast"])
+@register([aten.silu.default], ["Swish", "Cast", "Neg", "Exp", "Add", "RealDiv", "Fill",
+                                 "Complex", "Const"])
 def _silu(cx, x):
-    if x.dtype.is_complex:
-        from ....errors import UnsupportedOpError
+    if x.dtype.is_complex:  # GE's Swish is real: x / (1 + exp(-x)) with complex Exp/Add/RealDiv
+        from .aten_extra import _REAL_OF
 
-        raise UnsupportedOpError(f"%{cx.node.name}: silu of a complex tensor: GE's Swish takes "
-                                 "real dtypes only")
+        part = _REAL_OF[x.dtype]
+        shape = tuple(x.shape)
+        fill = lambda v: cx.emit1("Fill", [("dims", cx.const(list(shape), torch.int64)),  # noqa: E731
+                                           ("value", cx.const(v, part))], desc=(part, shape))
+        one = cx.emit1("Complex", [("real", fill(1.0)), ("imag", fill(0.0))], {"Tout": x.dtype},
+                       (x.dtype, shape), port="out")
+        e = cx.emit1("Exp", [("x", cx.emit1("Neg", [("x", x)], desc=(x.dtype, shape)))],
+                     desc=(x.dtype, shape))
+        den = cx.emit1("Add", [("x1", one), ("x2", e)], desc=(x.dtype, shape))
+        return cx.emit1("RealDiv", [("x1", x), ("x2", den)], desc=(x.dtype, shape))
     return _unary("Swish", scale=1.0)(cx, x)
 register([aten.trunc.default], ["Trunc", "Cast", "Identity"])(_unary("Trunc", "input_x", "output_y"))
 
