@@ -1,7 +1,8 @@
 """Convolutions onto GE: 3-D and transposed ones in float16 (the only float type the
-registry's Conv3D / Conv2DTranspose / Conv3DTranspose take) equal eager over strides, padding,
-dilation, groups and output_padding; wider dtypes are refused with the reason; 3-D average
-pooling and pdist equal eager."""
+registry's Conv3D / Conv2DTranspose / Conv3DTranspose take) through those ops, in float32 and
+bfloat16 rewritten onto Conv2D; all equal eager over strides, padding, dilation, groups and
+output_padding; float64 is refused with the reason; 3-D average pooling, adaptive max pooling,
+bilinear and pdist equal eager."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -53,11 +54,39 @@ def test_conv_transpose_float16(dims, kw):
     assert {"Conv2DTranspose", "Conv3DTranspose"} & {op.type for op in converted.model.graph[0].op}
 
 
-def test_float32_3d_and_transposed_are_refused_with_the_reason():
-    with pytest.raises(UnsupportedOpError, match="take float16"):
-        ge_roundtrip(lambda a, b: F.conv3d(a, b), _r(1, 2, 4, 4, 4), _r(3, 2, 2, 2, 2))
-    with pytest.raises(UnsupportedOpError, match="transposed convolution of torch.float32"):
-        ge_roundtrip(lambda a, b: F.conv_transpose2d(a, b), _r(1, 2, 4, 4), _r(2, 3, 2, 2))
+@pytest.mark.parametrize("kw", [{}, {"stride": 2, "padding": 1}, {"dilation": 2, "groups": 2},
+                                {"stride": (1, 2, 1), "padding": (0, 1, 2), "dilation": (2, 1, 1)}])
+def test_conv3d_float32_runs_as_2d_convolutions_per_depth_tap(kw):
+    x, w = _r(2, 4, 6, 6, 7), _r(6, 4 // kw.get("groups", 1), 3, 2, 3, seed=1)
+    types = _close(lambda a, b: F.conv3d(a, b, **kw), x, w)
+    assert "Conv2D" in types and "Conv3D" not in types
+
+
+@pytest.mark.parametrize("dims,kw", [
+    (1, {"stride": 2, "padding": 1, "output_padding": 1}),
+    (1, {"stride": 3, "padding": 3}),  # padding past d (k - 1): the spread input is cropped
+    (2, {"stride": (2, 3), "padding": (1, 0), "output_padding": (1, 2)}),
+    (2, {"groups": 2, "dilation": 2, "stride": 2}),
+    (3, {"stride": 2, "padding": 1, "output_padding": 1}),
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_conv_transpose_wider_types_run_as_forward_conv2d(dims, kw, dtype):
+    fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[dims]
+    x = _r(2, 4, *([5] * dims), dtype=dtype)
+    w = _r(4, 6 // kw.get("groups", 1), *([3] * dims), seed=2, dtype=dtype)
+    b = _r(6, seed=3, dtype=dtype)
+    out, converted, _ = ge_roundtrip(lambda a, c, d: fn(a, c, d, **kw), x, w, b)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    want = fn(x.float(), w.float(), b.float(), **kw).to(dtype)
+    torch.testing.assert_close(out[0], want, rtol=tol, atol=tol)
+    types = {op.type for op in converted.model.graph[0].op}
+    assert "Conv2D" in types and not types & {"Conv2DTranspose", "Conv3DTranspose"}
+
+
+def test_float64_3d_convolution_is_refused_with_the_reason():
+    with pytest.raises(UnsupportedOpError, match="float64"):
+        ge_roundtrip(lambda a, b: F.conv3d(a, b), _r(1, 2, 4, 4, 4, dtype=torch.float64),
+                     _r(3, 2, 2, 2, 2, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("kw", [{}, {"stride": 1, "padding": 1}, {"ceil_mode": True},

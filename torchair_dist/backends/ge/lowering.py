@@ -224,7 +224,7 @@ REFUSALS = [
     (("mode",),
      "no converter: torch.mode's index among equal values comes from its sort order, which a "
      "GE Sort does not promise"),
-    (("avg_pool", "adaptive_", "max_pool", "upsample", "grid_sampler_3d", "convolution"),
+    (("avg_pool", "adaptive_", "max_pool", "upsample", "grid_sampler_3d"),
      "no converter yet for this pooling/convolution variant"),
     (("_scaled_mm", "hash_tensor", "copy_to"),
      "not meaningful in a GE graph (float8 scaled matmul / hashing / a copy into a view)"),

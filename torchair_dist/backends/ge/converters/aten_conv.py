@@ -1,7 +1,9 @@
 """Converter: ``aten.convolution`` — forward and transposed, 1-D, 2-D and 3-D — onto GE's
 Conv2D / Conv3D / Conv2DTranspose / Conv3DTranspose in NCHW / NCDHW, and 3-D average pooling
 and pairwise distances. The registry's Conv3D and transposed convolutions take float16 (and
-int8) only: other dtypes are refused there rather than computed in float16.
+int8) only; other dtypes are not computed in float16 but rewritten onto Conv2D: a transposed
+convolution as the forward one on a zero-spread input with the filter reversed, a 3-D one as
+one 2-D convolution per depth tap, summed.
 
 A 1-D convolution runs as 2-D with H = 1. The bias is added after the op (the ops' bias inputs
 take no bfloat16). Transposed ops take ``input_size`` (the output's full shape), torch's
@@ -27,7 +29,8 @@ def _as_2d(cx, t, shape):
 
 
 @register([aten.convolution.default], ["Conv2D", "Conv3D", "Conv2DTranspose", "Conv3DTranspose",
-                                       "Reshape", "Add", "Cast", "Const", "Pack"])
+                                       "Reshape", "Add", "Cast", "Const", "Pack", "PadV3",
+                                       "StridedSlice", "Transpose", "ReverseV2", "GatherV2"])
 def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, output_padding,
                  groups):
     cx.require_float(x, "Conv2D")
@@ -47,11 +50,23 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
         out = (shape[0], shape[1], 1, shape[2])
     spatial = len(out) - 2
     if (transposed or spatial == 3) and x.dtype != torch.float16:
-        raise UnsupportedOpError(
-            f"%{cx.node.name}: a {'transposed' if transposed else '3-D'} convolution of "
-            f"{x.dtype}: GE's {'Conv2DTranspose/Conv3DTranspose' if transposed else 'Conv3D'} "
-            "take float16 (and int8) only, and computing a wider type in float16 would lose "
-            "precision silently")
+        # the registry's Conv3D / Conv*Transpose take float16 only: wider types through Conv2D
+        if x.dtype == torch.float64:
+            raise UnsupportedOpError(f"%{cx.node.name}: a float64 {'transposed' if transposed else '3-D'} "
+                                     "convolution: GE's Conv2D/Conv3D take no float64")
+        if x.dtype == torch.bfloat16:  # the taps are summed here: accumulate in float32
+            x, weight = cx.cast(x, torch.float32), cx.cast(weight, torch.float32)
+        if transposed:
+            x, weight = _transposed_as_forward(cx, x, weight, stride, padding, output_padding,
+                                               dilation, int(groups))
+            stride, padding = [1] * spatial, [0] * spatial
+        y = (_conv3d_by_2d(cx, x, weight, stride, padding, dilation, int(groups), out)
+             if spatial == 3 else
+             cx.emit1("Conv2D", [("x", x), ("filter", weight)],
+                      {"strides": [1, 1, *stride], "pads": [q for q in padding for _ in (0, 1)],
+                       "dilations": [1, 1, *dilation], "groups": int(groups),
+                       "data_format": "NCHW"}, (x.dtype, out)))
+        return _finish(cx, y, bias, rank, shape, dtype)
     fmt = "NCHW" if spatial == 2 else "NCDHW"
     attrs = {"strides": [1, 1, *stride], "pads": [p for p in padding for _ in (0, 1)],
              "dilations": [1, 1, *dilation], "groups": int(groups), "data_format": fmt}
@@ -68,6 +83,10 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
         attrs["output_padding"] = [0, 0, *output_padding]
         y = cx.emit1(op, [("input_size", cx.const(list(out), torch.int32)), ("x", x),
                           ("filter", weight)], attrs, (x.dtype, out))
+    return _finish(cx, y, bias, rank, shape, dtype)
+
+
+def _finish(cx, y, bias, rank, shape, dtype):
     if rank == 3:
         y = cx.reshape(y, [cx.dim(y, 0), shape[1], cx.dim(y, 3)], tuple(shape))
     if bias is not None:
@@ -75,6 +94,105 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
                        (bias.shape[0],) + (1,) * (len(shape) - 2))
         y = cx.emit1("Add", [("x1", y), ("x2", cx.cast(b, y.dtype))], None, (y.dtype, tuple(shape)))
     return cx.cast(y, dtype)
+
+
+def _slice(cx, x, begin, end, strides=None):
+    r = len(x.shape)
+    strides = strides or [1] * r
+    shape = tuple((e - b + s - 1) // s for b, e, s in zip(begin, end, strides))
+    return cx.emit1("StridedSlice", [("x", x), ("begin", cx.const(list(begin), torch.int64)),
+                                     ("end", cx.const(list(end), torch.int64)),
+                                     ("strides", cx.const(list(strides), torch.int64))],
+                    desc=(x.dtype, shape))
+
+
+def _pad(cx, x, before, after):
+    """Zero padding of the spatial dims (negative amounts crop)."""
+    lead = len(x.shape) - len(before)
+    grow_b, grow_a = [max(v, 0) for v in before], [max(v, 0) for v in after]
+    if any(grow_b) or any(grow_a):
+        pads = [0, 0] * lead + [q for pair in zip(grow_b, grow_a) for q in pair]
+        shape = tuple(x.shape[:lead]) + tuple(d + b + a for d, b, a in
+                                              zip(x.shape[lead:], grow_b, grow_a))
+        x = cx.emit1("PadV3", [("x", x), ("paddings", cx.const(pads, torch.int64)),
+                               ("constant_values", cx.const(0, x.dtype))],
+                     {"mode": "constant", "paddings_contiguous": True}, (x.dtype, shape))
+    if any(v < 0 for v in before + after):
+        begin = [0] * lead + [max(-v, 0) for v in before]
+        end = list(x.shape[:lead]) + [d - max(-a, 0) for d, a in zip(x.shape[lead:], after)]
+        x = _slice(cx, x, begin, end)
+    return x
+
+
+def _transposed_as_forward(cx, x, w, stride, padding, output_padding, dilation, groups):
+    """(input, filter) of the forward convolution (stride 1) that equals the transposed one:
+    (stride - 1) zeros between the input's elements, d (k - 1) - p zeros around (plus the
+    output padding after), and the filter with in/out channels swapped per group and its
+    taps reversed."""
+    n = len(stride)
+    lead = tuple(x.shape[:2])
+    sizes = tuple(x.shape[2:])
+    if any(s > 1 for s in stride):  # [.., L, 1] padded to [.., L, s], flattened, cut
+        split = lead + tuple(v for d in sizes for v in (d, 1))
+        x = cx.reshape(x, list(split), split)
+        pads = [0, 0] * 2 + [q for s in stride for q in (0, 0, 0, s - 1)]
+        spread = lead + tuple(v for d, s in zip(sizes, stride) for v in (d, s))
+        x = cx.emit1("PadV3", [("x", x), ("paddings", cx.const(pads, torch.int64)),
+                               ("constant_values", cx.const(0, x.dtype))],
+                     {"mode": "constant", "paddings_contiguous": True}, (x.dtype, spread))
+        flat = lead + tuple(d * s for d, s in zip(sizes, stride))
+        x = cx.reshape(x, list(flat), flat)
+        x = _slice(cx, x, [0] * (n + 2), list(lead) + [(d - 1) * s + 1
+                                                        for d, s in zip(sizes, stride)])
+    k = list(w.shape[2:])
+    before = [dl * (kk - 1) - p for dl, kk, p in zip(dilation, k, padding)]
+    after = [b + op for b, op in zip(before, output_padding)]
+    x = _pad(cx, x, before, after)
+    cin, cout_g = w.shape[0], w.shape[1]
+    grouped = (groups, cin // groups, cout_g, *k)
+    w = cx.reshape(w, list(grouped), grouped)
+    perm = [0, 2, 1] + list(range(3, 3 + n))
+    swapped = (groups, cout_g, cin // groups, *k)
+    w = cx.emit1("Transpose", [("x", w), ("perm", cx.const(perm, torch.int64))],
+                 desc=(w.dtype, swapped))
+    fshape = (groups * cout_g, cin // groups, *k)
+    w = cx.reshape(w, list(fshape), fshape)
+    w = cx.emit1("ReverseV2", [("x", w), ("axis", cx.const(list(range(2, 2 + n)), torch.int64))],
+                 desc=(w.dtype, fshape))
+    return x, w
+
+
+def _conv3d_by_2d(cx, x, w, stride, padding, dilation, groups, out):
+    """A 3-D convolution as kd 2-D ones: for each depth tap t, the input's depth slices
+    t*dd, t*dd + sd, ... (one per output depth) folded into the batch, convolved with the
+    filter's tap t over (H, W), and the taps summed."""
+    n, c = x.shape[0], x.shape[1]
+    x = _pad(cx, x, [padding[0], 0, 0], [padding[0], 0, 0])
+    depth = out[2]
+    kd = w.shape[2]
+    total = None
+    for t in range(kd):
+        start = t * dilation[0]
+        xt = _slice(cx, x, [0, 0, start, 0, 0],
+                    [n, c, start + (depth - 1) * stride[0] + 1, x.shape[3], x.shape[4]],
+                    [1, 1, stride[0], 1, 1])
+        xt = cx.emit1("Transpose", [("x", xt), ("perm", cx.const([0, 2, 1, 3, 4], torch.int64))],
+                      desc=(x.dtype, (n, depth, c, x.shape[3], x.shape[4])))
+        xt = cx.reshape(xt, [n * depth, c, x.shape[3], x.shape[4]],
+                        (n * depth, c, x.shape[3], x.shape[4]))
+        wt = cx.emit1("GatherV2", [("x", w), ("indices", cx.const(t, torch.int64)),
+                                   ("axis", cx.const(2, torch.int64))],
+                      desc=(w.dtype, (w.shape[0], w.shape[1], w.shape[3], w.shape[4])))
+        yt = cx.emit1("Conv2D", [("x", xt), ("filter", wt)],
+                      {"strides": [1, 1, stride[1], stride[2]],
+                       "pads": [padding[1], padding[1], padding[2], padding[2]],
+                       "dilations": [1, 1, dilation[1], dilation[2]], "groups": groups,
+                       "data_format": "NCHW"}, (x.dtype, (n * depth, out[1], out[3], out[4])))
+        total = yt if total is None else cx.emit1("Add", [("x1", total), ("x2", yt)],
+                                                  desc=(x.dtype, yt.shape))
+    y = cx.reshape(total, [n, depth, out[1], out[3], out[4]], (n, depth, out[1], out[3], out[4]))
+    return cx.emit1("Transpose", [("x", y), ("perm", cx.const([0, 2, 1, 3, 4], torch.int64))],
+                    desc=(x.dtype, tuple(out)))
 
 
 @register([aten.avg_pool3d.default], ["AvgPool3D", "Cast"])
