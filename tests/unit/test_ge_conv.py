@@ -115,3 +115,16 @@ def test_adaptive_max_pool2d_values_and_indices(size):
 def test_bilinear_is_trilinear_written_out():
     x1, x2, w, b = _r(4, 3), _r(4, 5, seed=1), _r(6, 3, 5, seed=2), _r(6, seed=3)
     _close(lambda a, c, d, e: F.bilinear(a, c, d, e), x1, x2, w, b)
+
+
+@pytest.mark.parametrize("size", [(2, 3, 4), (1, 1, 1), (5, 2, 7)])
+def test_adaptive_avg_pool3d_is_three_averaging_matmuls(size):
+    types = _close(lambda a: F.adaptive_avg_pool3d(a, size), _r(2, 3, 5, 6, 7))
+    assert types & {"MatMulV2", "ReduceMean"}  # (1, 1, 1) is a plain mean in torch's graph
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sampler_3d(mode, padding):
+    x, grid = _r(2, 3, 4, 5, 6), _r(2, 3, 4, 2, 3, seed=1) * 1.2
+    _close(lambda a, g: F.grid_sample(a, g, mode, padding, align_corners=False), x, grid)

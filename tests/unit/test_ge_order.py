@@ -133,3 +133,10 @@ def test_data_dependent_lengths_follow_every_call(monkeypatch):
         assert_same(f(x, m, k), compiled(x, m, k))
     m_empty = torch.zeros(5, 6, dtype=torch.bool)
     assert_same(f(x, m_empty, k), compiled(x, m_empty, k))
+
+
+@pytest.mark.parametrize("dim,keepdim", [(-1, False), (0, True), (1, False)])
+def test_mode_smallest_most_frequent_and_its_last_index(dim, keepdim):
+    x = torch.tensor([[3, 1, 3, 1, 2, 2], [5, 5, 4, 4, 4, 5], [0, 9, 8, 7, 6, 5]])
+    _same(lambda v: torch.mode(v, dim, keepdim), x)
+    _same(lambda v: torch.mode(v, dim, keepdim), x.float().t().contiguous())

@@ -221,9 +221,6 @@ REFUSALS = [
     (("special_", "bessel"),
      "a special function with no GE op, not composed from elementwise ops yet (Bessel J/Y/K, "
      "Airy; lgamma, digamma, polygamma, erfcx, i0/i1, Chebyshev polynomials are)"),
-    (("mode",),
-     "no converter: torch.mode's index among equal values comes from its sort order, which a "
-     "GE Sort does not promise"),
     (("avg_pool", "adaptive_", "max_pool", "upsample", "grid_sampler_3d"),
      "no converter yet for this pooling/convolution variant"),
     (("_scaled_mm", "hash_tensor", "copy_to"),

@@ -74,3 +74,13 @@ def _adaptive_max_pool2d(spec: OpSpec):
         y, i = F.adaptive_max_pool2d(x, size, return_indices=True)
         return y, i.to(idx)
     return run
+
+
+@kernel("GridSampler3D")
+def _grid_sampler_3d(spec: OpSpec):
+    """torch's grid_sample on NCDHW input with a [N, D, H, W, 3] grid (modes by name)."""
+    if spec.attr("data_format", "NCDHW") != "NCDHW":
+        raise GeRuntimeError(f"GridSampler3D {spec.name!r}: only NCDHW is implemented")
+    mode, padding = spec.attr("interpolation_mode", "bilinear"), spec.attr("padding_mode", "zeros")
+    align = bool(spec.attr("align_corners", False))
+    return lambda x, grid: F.grid_sample(x, grid, mode, padding, align)

@@ -231,3 +231,73 @@ def _adaptive_max_pool2d(cx, x, output_size):
                      {"output_size": [int(v) for v in output_size]},
                      [("y", (work, tuple(vshape))), ("argmax", (torch.int64, tuple(ishape)))])
     return [cx.cast(y, vdt), cx.cast(idx, idt)]
+
+
+_GRID_MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
+_GRID_PADDING = {0: "zeros", 1: "border", 2: "reflection"}
+
+
+@register([aten.grid_sampler_3d.default], ["GridSampler3D", "Cast"])
+def _grid_sampler_3d(cx, x, grid, interpolation_mode, padding_mode, align_corners):
+    """GE's GridSampler3D (NCDHW, torch's modes by name); low precision in float32."""
+    cx.require_float(x, "GridSampler3D")
+    if interpolation_mode not in (0, 1):
+        raise UnsupportedOpError(f"%{cx.node.name}: 3-D grid sampling with interpolation mode "
+                                 f"{interpolation_mode} (bilinear and nearest have a lowering)")
+    dtype, shape = cx.out()
+    work = x.dtype if x.dtype in (torch.float32, torch.float64, torch.float16) else torch.float32
+    y = cx.emit1("GridSampler3D", [("x", cx.cast(x, work)), ("grid", cx.cast(grid, work))],
+                 {"interpolation_mode": _GRID_MODES[interpolation_mode],
+                  "padding_mode": _GRID_PADDING[padding_mode], "data_format": "NCDHW",
+                  "align_corners": bool(align_corners)}, (work, tuple(shape)))
+    return cx.cast(y, dtype)
+
+
+def _window_means(length: int, out: int, dtype) -> torch.Tensor:
+    """[out, length]: row i averages torch's adaptive window floor(i L / O) .. ceil((i+1) L / O)."""
+    m = torch.zeros(out, length, dtype=dtype)
+    for i in range(out):
+        lo, hi = (i * length) // out, -((-(i + 1) * length) // out)
+        m[i, lo:hi] = 1.0 / (hi - lo)
+    return m
+
+
+@register([aten._adaptive_avg_pool3d.default], ["Transpose", "Reshape", "MatMulV2", "Cast",
+                                                "Const"])
+def _adaptive_avg_pool3d(cx, x, output_size):
+    """An average over a box is the average over each of its sides in turn: three MatMuls
+    with constant averaging matrices (one per spatial dim), each applied to the last dim
+    after a rotation of the dims."""
+    cx.require_float(x, "MatMulV2")
+    dtype, shape = cx.out()
+    work = torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+    y = cx.cast(x, work)
+    lead = tuple(y.shape[:-3])
+    dims = list(y.shape[-3:])
+    outs = [int(v) for v in output_size]
+    for axis in (2, 1, 0):  # pool W, then H, then D; rotate so the pooled dim is last
+        length, out = dims[axis], outs[axis]
+        rows = int(torch.tensor(lead + tuple(dims[:axis]) + tuple(dims[axis + 1:])).prod())
+        if axis != 2:
+            perm = list(range(len(lead))) + [len(lead) + i for i in range(3) if i != axis] + \
+                [len(lead) + axis]
+            moved = tuple(y.shape[p] for p in perm)
+            y = cx.emit1("Transpose", [("x", y), ("perm", cx.const(perm, torch.int64))],
+                         desc=(work, moved))
+        flat = cx.reshape(y, [rows, length], (rows, length))
+        z = cx.emit1("MatMulV2", [("x1", flat), ("x2", cx.const(_window_means(length, out,
+                                                                               work)))],
+                     {"transpose_x1": False, "transpose_x2": True}, (work, (rows, out)))
+        new_dims = dims[:axis] + [out] + dims[axis + 1:]
+        if axis != 2:
+            moved_shape = lead + tuple(d for i, d in enumerate(new_dims) if i != axis) + (out,)
+            z = cx.reshape(z, list(moved_shape), moved_shape)
+            inv = [0] * len(perm)
+            for i, p in enumerate(perm):
+                inv[p] = i
+            y = cx.emit1("Transpose", [("x", z), ("perm", cx.const(inv, torch.int64))],
+                         desc=(work, lead + tuple(new_dims)))
+        else:
+            y = cx.reshape(z, list(lead + tuple(new_dims)), lead + tuple(new_dims))
+        dims = new_dims
+    return cx.cast(y, dtype)

@@ -425,3 +425,76 @@ def _bincount(cx, x, weights=None, minlength=0):
         w = cx.cast(weights, dtype)
     return cx.emit1("Bincount", [("array", arr), ("size", size), ("weights", w)],
                     desc=(dtype, (-1,)), port="bins")
+
+
+@register([aten.mode.default], ["Transpose", "Sort", "Cast", "Equal", "LogicalNot", "Range",
+                                "SelectV2", "Fill", "Cummax", "Sub", "Add", "ArgMaxV2",
+                                "GatherElements", "Unsqueeze", "Reshape", "ConcatV2",
+                                "StridedSlice", "Const"])
+def _mode(cx, x, dim=-1, keepdim=False):
+    """torch.mode as torch's CPU kernel gives it: the smallest of the most frequent values and
+    the index of its LAST occurrence. A stable ascending Sort keeps equal values in their
+    original order, so a run's last element is that value's last occurrence; the running
+    count within each run (position - run start + 1, the start carried by Cummax) first
+    reaches its maximum at the end of the smallest most-frequent run."""
+    (vdt, vshape), (idt, ishape) = cx.out(0), cx.out(1)
+    if not x.shape:
+        return [x, cx.const(0, torch.int64)]
+    rank = len(x.shape)
+    d = dim % rank
+    if d != rank - 1:
+        perm = [i for i in range(rank) if i != d] + [d]
+        x = cx.emit1("Transpose", [("x", x), ("perm", cx.const(perm, torch.int64))],
+                     desc=(x.dtype, tuple(x.shape[p] for p in perm)))
+    shape = tuple(x.shape)
+    n = shape[-1]
+    values, order = cx.emit("Sort", [("x", x)], {"axis": -1, "descending": False, "stable": True},
+                            [("y1", (x.dtype, shape)), ("y2", (torch.int32, shape))])
+    prev = _shift_right(cx, values)
+    same = cx.emit1("Equal", [("x1", values), ("x2", prev)], desc=(torch.bool, shape))
+    pos = cx.const(torch.arange(n, dtype=torch.int64).expand(shape).contiguous())
+    start = cx.emit1("SelectV2", [("condition", same), ("then", cx.const(0, torch.int64)),
+                                  ("else", pos)], desc=(torch.int64, shape), port="result")
+    run_start, _ = cx.emit("Cummax", [("x", start)], {"dim": rank - 1},
+                           [("y", (torch.int64, shape)), ("indices", (torch.int64, shape))])
+    e = Ew(cx, torch.int64, shape)
+    count = e.sub(pos, run_start)
+    at = cx.emit1("ArgMaxV2", [("x", count), ("dimension", cx.const(rank - 1, torch.int64))],
+                  {"dtype": torch.int64}, (torch.int64, shape[:-1]))
+    at = cx.emit1("Unsqueeze", [("x", at)], {"axes": [rank - 1]}, (torch.int64, shape[:-1] + (1,)))
+    v = cx.emit1("GatherElements", [("x", values), ("index", at)], {"dim": rank - 1},
+                 (x.dtype, shape[:-1] + (1,)))
+    i = cx.emit1("GatherElements", [("x", cx.cast(order, torch.int64)), ("index", at)],
+                 {"dim": rank - 1}, (torch.int64, shape[:-1] + (1,)))
+    kept = shape[:-1] + (1,)
+    if keepdim and d != rank - 1:
+        back = list(range(d)) + [rank - 1] + list(range(d, rank - 1))
+        kept = tuple(kept[p] for p in back)
+        v = cx.emit1("Transpose", [("x", v), ("perm", cx.const(back, torch.int64))],
+                     desc=(x.dtype, kept))
+        i = cx.emit1("Transpose", [("x", i), ("perm", cx.const(back, torch.int64))],
+                     desc=(torch.int64, kept))
+    v = cx.reshape(v, list(vshape), tuple(vshape))
+    i = cx.reshape(i, list(ishape), tuple(ishape))
+    return [cx.cast(v, vdt), cx.cast(i, idt)]
+
+
+def _shift_right(cx, v):
+    """v[..., i - 1] with v[..., 0] repeated in front (so position 0 never equals its
+    predecessor only when v[0] is NaN; the Equal below is False for i = 0 by the Select)."""
+    shape = tuple(v.shape)
+    n = shape[-1]
+    r = len(shape)
+    head = cx.emit1("StridedSlice", [("x", v), ("begin", cx.const([0] * r, torch.int64)),
+                                     ("end", cx.const(list(shape[:-1]) + [n - 1], torch.int64)),
+                                     ("strides", cx.const([1] * r, torch.int64))],
+                    desc=(v.dtype, shape[:-1] + (n - 1,)))
+    if n == 1:
+        return v
+    first = cx.emit1("StridedSlice", [("x", v), ("begin", cx.const([0] * r, torch.int64)),
+                                      ("end", cx.const(list(shape[:-1]) + [1], torch.int64)),
+                                      ("strides", cx.const([1] * r, torch.int64))],
+                     desc=(v.dtype, shape[:-1] + (1,)))
+    return cx.emit1("ConcatV2", [("x", [first, head]), ("concat_dim", cx.const(r - 1,
+                                                                                torch.int64))],
+                    {"N": 2}, (v.dtype, shape))
