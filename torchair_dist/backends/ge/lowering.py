@@ -202,12 +202,15 @@ def decompose_unconverted(gm: torch.fx.GraphModule) -> int:
 # match wins); the refusal lists it next to the op.
 REFUSALS = [
     (("histogram", "_histogramdd"),
-     "the bin range comes from the data, and GE's Histogram takes its range as attributes"),
+     "the bin range comes from the data: GE's Histogram takes it as attributes, and "
+     "HistogramFixedWidth (range as a tensor) bins by its own rounding, which may put a value "
+     "on a bin edge in the neighbouring bin, unlike torch"),
     (("sym_storage_offset",),
      "a view at a storage offset that depends on the input values (tensor_split at tensor "
      "indices): GE tensors have no storage offsets"),
     (("segment_reduce", "_embedding_bag"),
-     "not lowered yet: a segmented reduction (GE's SegmentSum/UnsortedSegment* could carry it)"),
+     "a segmented-reduction overload with no converter (segment_reduce.default and "
+     "_embedding_bag[_forward_only].default convert through GE's UnsortedSegment* ops)"),
     (("linalg_eig", "linalg_householder_product", "geqrf", "ormqr", "linalg_ldl"),
      "a factorisation GE has no op for: complex eigen-decomposition (eig), Householder "
      "reflector forms (geqrf/ormqr/householder_product; GE's Qr gives Q and R only), LDL^T"),

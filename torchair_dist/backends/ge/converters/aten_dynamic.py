@@ -1,0 +1,190 @@
+"""Converters: ops that only a data-dependent count or offset stands between and a GE graph:
+segment reductions (``segment_reduce``, ``embedding_bag``: the rows of each segment are known
+only from the lengths/offsets values, the output shape is static) and the storage offset Dynamo
+records for a slice at data-dependent bounds (``tensor_split`` by a tensor of indices).
+
+Segments become per-row segment ids computed in the graph, reduced by GE's
+UnsortedSegment{Sum,Max,Min,Prod}. (nonzero, masked_select, unique, bincount, put,
+masked_scatter, nonzero_static live in :mod:`.aten_order`.)
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from ....errors import UnsupportedOpError
+from .registry import register
+
+aten = torch.ops.aten
+
+
+_CHECKS = frozenset({operator.ge, operator.gt, operator.le, operator.lt, operator.eq, operator.ne})
+
+
+@register([aten.sym_storage_offset.default], ["Const"])
+def _sym_storage_offset(cx, x):
+    """A view's storage offset. Dynamo records it for a slice with data-dependent bounds
+    (``tensor_split`` by a tensor of indices) only to assert it is >= 0; those asserts are
+    dropped before conversion (see :mod:`..lowering`), leaving the value unread. GE tensors have
+    no storage to be offset into, so only that unread case converts (to a placeholder Const no
+    op reads); a storage offset something still uses is refused."""
+    if any(u.target not in _CHECKS or u.users for u in cx.node.users):
+        raise UnsupportedOpError(
+            f"%{cx.node.name}: aten.sym_storage_offset is read by the graph: a GE tensor has no "
+            "storage offset (views are copies in GE); compile with mode='npugraph_ex'")
+    return cx.const(0, torch.int64)
+
+
+_SEGMENT_OPS = {"sum": "UnsortedSegmentSum", "mean": "UnsortedSegmentSum",
+                "max": "UnsortedSegmentMax", "min": "UnsortedSegmentMin",
+                "prod": "UnsortedSegmentProd"}
+
+
+def _segment_ids(cx, starts, n: int, s: int):
+    """Per row 0..n-1, the index of the last of the s+1 ``starts`` at or before it (the row's
+    segment), -1 for rows before the first start or at/after the last one (dropped by GE's
+    UnsortedSegment* ops)."""
+    i64 = torch.int64
+    rows = cx.const(torch.arange(n, dtype=i64).reshape(n, 1), i64)
+    at_or_before = cx.emit1("LessEqual", [("x1", cx.reshape(starts, [1, s + 1], (1, s + 1))),
+                                          ("x2", rows)], None, (torch.bool, (n, s + 1)))
+    ids = cx.emit1("ReduceSum", [("x", cx.cast(at_or_before, i64)),
+                                 ("axes", cx.const([1], i64))], {"keep_dims": False}, (i64, (n,)))
+    ids = cx.emit1("Sub", [("x1", ids), ("x2", cx.const(1, i64))], None, (i64, (n,)))
+    past = cx.emit1("GreaterEqual", [("x1", ids), ("x2", cx.const(s, i64))], None,
+                    (torch.bool, (n,)))
+    return cx.emit1("SelectV2", [("condition", past), ("then", cx.const(-1, i64)),
+                                 ("else", ids)], None, (i64, (n,)), port="result")
+
+
+@register([aten.segment_reduce.default],
+          ["UnsortedSegmentSum", "UnsortedSegmentMax", "UnsortedSegmentMin",
+           "UnsortedSegmentProd", "Cumsum", "ConcatV2", "GatherV2", "Sub", "LessEqual",
+           "GreaterEqual", "Equal", "ReduceSum", "SelectV2", "Maximum", "Minimum", "Mul", "Add",
+           "RealDiv", "Reshape", "Cast", "Const"])
+def _segment_reduce(cx, data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
+                    unsafe=False, initial=None):
+    """Reduce consecutive row segments of ``data`` (axis 0) given by 1-D ``lengths`` or
+    ``offsets``. Each row gets a segment id (the number of segment starts at or before it,
+    minus one; rows outside every segment get -1, which GE's UnsortedSegment* ops drop), then
+    UnsortedSegment{Sum,Max,Min,Prod} reduces; ``initial`` joins every segment's reduction,
+    and an empty segment gives ``initial`` or torch's identity (0, 1, -inf, inf; NaN for
+    mean). Like the other dropped runtime checks, lengths not summing to the row count is not
+    re-checked (rows past the last segment are dropped)."""
+    dtype, shape = cx.out()
+    if reduce not in _SEGMENT_OPS or indices is not None:
+        raise UnsupportedOpError(f"%{cx.node.name}: aten.segment_reduce reduce={reduce!r}"
+                                 f"{' with indices' if indices is not None else ''}: not converted")
+    bounds = lengths if lengths is not None else offsets
+    if bounds is None or len(bounds.shape) != 1 or axis % max(len(data.shape), 1) != 0 \
+            or any(d < 0 for d in tuple(data.shape) + tuple(bounds.shape)):
+        raise UnsupportedOpError(f"%{cx.node.name}: aten.segment_reduce along axis {axis} or with "
+                                 "batched/symbolic lengths/offsets: GE lowering takes static "
+                                 "1-D lengths or offsets along axis 0")
+    n, s = data.shape[0], shape[0]
+    bounds = cx.cast(bounds, torch.int64)
+    i64 = torch.int64
+    if lengths is not None:  # segment starts: 0, then the running sum of lengths
+        ends = cx.emit1("Cumsum", [("x", bounds), ("axis", cx.const(0, torch.int32))], None,
+                        (i64, (s,)))
+        starts = cx.emit1("ConcatV2", [("x", [cx.const([0], i64), ends]),
+                                       ("concat_dim", cx.const(0, torch.int32))], {"N": 2},
+                          (i64, (s + 1,)))
+        lens = bounds
+    else:
+        starts = bounds
+
+        def part(lo):
+            return cx.emit1("GatherV2", [("x", bounds), ("indices", cx.const(
+                list(range(lo, lo + s)), i64)), ("axis", cx.const(0, i64))], None, (i64, (s,)))
+        lens = cx.emit1("Sub", [("x1", part(1)), ("x2", part(0))], None, (i64, (s,)))
+    ids = _segment_ids(cx, starts, n, s)
+    y = cx.emit1(_SEGMENT_OPS[reduce], [("x", cx.cast(data, dtype)), ("segment_ids", ids),
+                                         ("num_segments", cx.const(s, i64))])
+    empty = cx.emit1("Equal", [("x1", lens), ("x2", cx.const(0, i64))], None, (torch.bool, (s,)))
+    empty = cx.reshape(empty, [s] + [1] * (len(shape) - 1), (s,) + (1,) * (len(shape) - 1))
+    if initial is not None:
+        init = cx.const(initial, dtype)
+        join = {"sum": "Add", "mean": "Add", "prod": "Mul", "max": "Maximum",
+                "min": "Minimum"}[reduce]
+        y = cx.emit1(join, [("x1", y), ("x2", init)])
+    if reduce == "mean":
+        count = cx.emit1("Maximum", [("x1", lens), ("x2", cx.const(1, i64))], None, (i64, (s,)))
+        count = cx.reshape(cx.cast(count, dtype), [s] + [1] * (len(shape) - 1),
+                           (s,) + (1,) * (len(shape) - 1))
+        y = cx.emit1("RealDiv", [("x1", y), ("x2", count)])
+    fill = initial if initial is not None else {
+        "sum": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf"),
+        "mean": float("nan")}[reduce]
+    return cx.emit1("SelectV2", [("condition", empty), ("then", cx.const(fill, dtype)),
+                                 ("else", y)], None, (dtype, tuple(shape)), port="result")
+
+
+@register([aten._embedding_bag_forward_only.default, aten._embedding_bag.default],
+          ["GatherV2", "UnsortedSegmentSum", "UnsortedSegmentMax", "ConcatV2", "LessEqual",
+           "GreaterEqual", "Equal", "ReduceSum", "SelectV2", "Sub", "Mul", "Maximum", "RealDiv",
+           "Reshape", "Cast", "Const"])
+def _embedding_bag(cx, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                   per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """Bags of embedding rows reduced (0 sum, 1 mean, 2 max): the rows gathered (GatherV2),
+    scaled by per_sample_weights, each given its bag (segment ids from ``offsets``; rows equal
+    to ``padding_idx`` get -1 and are left out), then UnsortedSegmentSum / Max; an empty bag
+    is 0, as in torch. Only the bags output converts (offset2bag, bag_size and max_indices are
+    torch's bookkeeping for the backward)."""
+    for user in cx.node.users:
+        if user.target is not operator.getitem or user.args[1] != 0:
+            raise UnsupportedOpError(f"%{cx.node.name}: {cx.node.target}: only its first output "
+                                     "(the bags) converts to GE")
+    if len(indices.shape) != 1 or len(offsets.shape) != 1 or mode not in (0, 1, 2) \
+            or any(d < 0 for d in tuple(weight.shape) + tuple(indices.shape) + tuple(offsets.shape)):
+        raise UnsupportedOpError(f"%{cx.node.name}: {cx.node.target} with symbolic sizes, "
+                                 f"non-1-D indices/offsets or mode {mode}: not converted")
+    if include_last_offset and mode != 0:
+        # torch's mean/max then treat the last bag as running to the end of ``indices`` while
+        # sum stops at offsets[-1]: no single GE lowering matches both when they differ
+        raise UnsupportedOpError(f"%{cx.node.name}: {cx.node.target} with include_last_offset "
+                                 "in mean/max mode: not converted (torch's result depends on "
+                                 "whether offsets[-1] equals the number of indices)")
+    dtype, shape = cx.out(0)
+    i64 = torch.int64
+    n, d = indices.shape[0], weight.shape[1]
+    s = shape[0]
+    idx = cx.cast(indices, i64)
+    starts = cx.cast(offsets, i64)
+    if not include_last_offset:
+        starts = cx.emit1("ConcatV2", [("x", [starts, cx.const([n], i64)]),
+                                       ("concat_dim", cx.const(0, torch.int32))], {"N": 2},
+                          (i64, (s + 1,)))
+    ids = _segment_ids(cx, starts, n, s)
+    if padding_idx is not None and padding_idx >= 0:
+        pad = cx.emit1("Equal", [("x1", idx), ("x2", cx.const(int(padding_idx), i64))], None,
+                       (torch.bool, (n,)))
+        ids = cx.emit1("SelectV2", [("condition", pad), ("then", cx.const(-1, i64)),
+                                    ("else", ids)], None, (i64, (n,)), port="result")
+    rows = cx.emit1("GatherV2", [("x", cx.cast(weight, dtype)), ("indices", idx),
+                                 ("axis", cx.const(0, i64))], None, (dtype, (n, d)))
+    if per_sample_weights is not None:
+        psw = cx.reshape(cx.cast(per_sample_weights, dtype), [n, 1], (n, 1))
+        rows = cx.emit1("Mul", [("x1", rows), ("x2", psw)], None, (dtype, (n, d)))
+    count = cx.emit1("UnsortedSegmentSum", [("x", cx.const(torch.ones(n, dtype=i64), i64)),
+                                            ("segment_ids", ids),
+                                            ("num_segments", cx.const(s, i64))], None, (i64, (s,)))
+    count = cx.reshape(count, [s, 1], (s, 1))
+    op = "UnsortedSegmentMax" if mode == 2 else "UnsortedSegmentSum"
+    y = cx.emit1(op, [("x", rows), ("segment_ids", ids), ("num_segments", cx.const(s, i64))],
+                 None, (dtype, (s, d)))
+    if mode == 1:
+        div = cx.cast(cx.emit1("Maximum", [("x1", count), ("x2", cx.const(1, i64))], None,
+                               (i64, (s, 1))), dtype)
+        y = cx.emit1("RealDiv", [("x1", y), ("x2", div)], None, (dtype, (s, d)))
+    if mode == 2:
+        empty = cx.emit1("Equal", [("x1", count), ("x2", cx.const(0, i64))], None,
+                         (torch.bool, (s, 1)))
+        y = cx.emit1("SelectV2", [("condition", empty), ("then", cx.const(0, dtype)),
+                                  ("else", y)], None, (dtype, (s, d)), port="result")
+    outs = [y]
+    for i in range(1, 4):  # unread (checked above): placeholders of the right descriptor
+        o_dtype, o_shape = cx.out(i)
+        outs.append(cx.const(torch.zeros([max(v, 0) for v in o_shape], dtype=o_dtype), o_dtype))
+    return tuple(outs)
