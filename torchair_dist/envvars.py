@@ -25,7 +25,8 @@ VARIABLES: Dict[str, tuple] = {
     "TORCHAIR_DIST_SHM_TIMEOUT": ("a number of seconds > 0",
                                   "how long a shared-memory exchange waits for a peer "
                                   "(default: the process group's timeout)"),
-    "TORCHAIR_DIST_GE_VALIDATE": ("0 | 1", "1: check every GE graph against the op registry"),
+    "TORCHAIR_DIST_GE_VALIDATE": ("0 | 1", "1: check every GE graph against the op registry, and "
+                                  "every reference-kernel result dtype against the graph"),
     "TORCHAIR_DIST_GE_REGISTRY": ("a path to a file", "the GE op registry JSON to check against"),
     "TORCHAIR_DIST_LOG_LEVEL": ("DEBUG | INFO | WARNING | ERROR | CRITICAL",
                                 "the torchair_dist logger's level (default WARNING)"),
