@@ -127,8 +127,8 @@ def _eigh(cx, a, UPLO="L", compute_v=True):  # noqa: N803 - torch's name
         if compute_v and _read(cx, 1):
             raise UnsupportedOpError(
                 f"%{cx.node.name}: eigh(UPLO='U') eigenvectors: GE's SelfAdjointEig reads the "
-                "lower triangle, and the mirrored matrix's eigenvectors may differ in sign from "
-                "torch's; use UPLO='L'")
+                "lower triangle, and torch's UPLO='U' eigenvectors differ in sign from those of "
+                "the mirrored matrix with UPLO='L' (most random inputs); use UPLO='L'")
         x = _mt(cx, x, (x.dtype, x.shape))
     if not compute_v:
         w, _ = cx.emit("SelfAdjointEig", [("x", x)], {"compute_v": False},
@@ -219,6 +219,12 @@ def _pinv(cx, a, atol=None, rtol=None, hermitian=False):
         raise UnsupportedOpError(f"%{cx.node.name}: pinv of a complex matrix (GE's Svd here is "
                                  "real)")
     dtype, shape = cx.out()
+    if a.dtype == torch.float64:
+        raise UnsupportedOpError(f"%{cx.node.name}: pinv of a float64 matrix: GE's BatchMatMulV2 "
+                                 "has no float64 (computing in float32 would lose the precision "
+                                 "asked for)")
+    if any(d == 0 for d in shape):  # torch: an empty (..., n, m) result, no SVD
+        return cx.const(torch.zeros(tuple(shape), dtype=dtype))
     x = _work(cx, a)
     work = x.dtype
     *batch, m, n = x.shape
