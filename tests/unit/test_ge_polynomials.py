@@ -38,3 +38,18 @@ def test_hermite_stays_refused_with_the_reason():
 
     with pytest.raises(UnsupportedOpError, match="special function"):
         ge_roundtrip(torch.special.hermite_polynomial_h, torch.rand(4), torch.tensor([3.0]))
+
+
+def test_chebyshev_near_float32_overflow_and_in_float64():
+    # a float32 Cosh through exp(t)/2 overflows at t = 88.72; cosh itself only at 89.42
+    x = torch.tensor([2.5, 2.5, 2.5, -2.5, 3.0, 1.5])
+    n = torch.tensor([57.0, 58.0, 59.0, 57.0, 49.0, 92.0])
+    for fn in (torch.special.chebyshev_polynomial_t, torch.special.chebyshev_polynomial_u,
+               torch.special.chebyshev_polynomial_v, torch.special.chebyshev_polynomial_w):
+        out, _, _ = ge_roundtrip(fn, x, n)
+        torch.testing.assert_close(out[0], fn(x, n), rtol=1e-4, atol=1e-4, equal_nan=True)
+    xd, nd = X.double()[:, None], N.double()[None, :]
+    xs, ns = xd.expand(-1, len(N)).contiguous(), nd.expand(len(X), -1).contiguous()
+    out, _, _ = ge_roundtrip(torch.special.chebyshev_polynomial_t, xs, ns)
+    torch.testing.assert_close(out[0], torch.special.chebyshev_polynomial_t(xs, ns), rtol=1e-6,
+                               atol=1e-6, equal_nan=True)

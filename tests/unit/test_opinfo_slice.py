@@ -32,9 +32,8 @@ OK_BOTH_MODES = [
     "fft.rfft2", "fft.ifft", "fft.irfft", "lgamma", "digamma", "polygamma.polygamma_n_2",
     "special.erfcx", "searchsorted", "index_reduce.mean", "scatter_reduce.mean",
     "diagonal_scatter", "nonzero", "masked_select", "unique",
-    # segment reductions, tensor_split at tensor indices
+    # segment reductions
     "_segment_reduce.lengths", "_segment_reduce.offsets", "nn.functional.embedding_bag",
-    "tensor_split",
 ]
 NPUGRAPH_EX_ONLY = ["linalg.inv", "linalg.solve", "linalg.cholesky"]  # with_effects ops
 

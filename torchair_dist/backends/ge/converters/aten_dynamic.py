@@ -19,21 +19,20 @@ from .registry import register
 aten = torch.ops.aten
 
 
-_CHECKS = frozenset({operator.ge, operator.gt, operator.le, operator.lt, operator.eq, operator.ne})
 
 
 @register([aten.sym_storage_offset.default], ["Const"])
 def _sym_storage_offset(cx, x):
-    """A view's storage offset. Dynamo records it for a slice with data-dependent bounds
-    (``tensor_split`` by a tensor of indices) only to assert it is >= 0; those asserts are
-    dropped before conversion (see :mod:`..lowering`), leaving the value unread. GE tensors have
-    no storage to be offset into, so only that unread case converts (to a placeholder Const no
-    op reads); a storage offset something still uses is refused."""
-    if any(u.target not in _CHECKS or u.users for u in cx.node.users):
-        raise UnsupportedOpError(
-            f"%{cx.node.name}: aten.sym_storage_offset is read by the graph: a GE tensor has no "
-            "storage offset (views are copies in GE); compile with mode='npugraph_ex'")
-    return cx.const(0, torch.int64)
+    """Refused: Dynamo records a view's storage offset when a graph returns a view of an input
+    at a data-dependent place (``tensor_split`` by a tensor of indices). AOT then rebuilds that
+    output from the input with the compiled output's own storage offset — and a GE output is a
+    fresh tensor (offset 0), so the caller would get the wrong window (measured: bool
+    tensor_split returned rows 0:2 for 1:3). Only a real view of the input could be right."""
+    raise UnsupportedOpError(
+        f"%{cx.node.name}: the graph returns a view of an input at a storage offset that "
+        "depends on the input values (e.g. tensor_split by a tensor of indices): AOT rebuilds "
+        "it from the GE output's offset, which a GE tensor does not have; clone the pieces, "
+        "or compile with mode='npugraph_ex'")
 
 
 _SEGMENT_OPS = {"sum": "UnsortedSegmentSum", "mean": "UnsortedSegmentSum",

@@ -237,6 +237,9 @@ def _angle(cx, x):
 @register([aten.complex.default], ["Complex", "Cast"])
 def _complex_op(cx, real, imag):
     dtype, _ = cx.out()
+    if dtype not in _REAL_OF:
+        raise UnsupportedOpError(f"%{cx.node.name}: complex() giving {dtype}: GE's Complex builds "
+                                 "complex64/complex128 from float32/float64 only")
     part = _REAL_OF[dtype]
     return _complex(cx, cx.cast(real, part), cx.cast(imag, part))
 

@@ -25,6 +25,7 @@ from .registry import register
 from .series import EMITS, Ew
 
 aten = torch.ops.aten
+_LN2 = 0.6931471805599453
 
 
 def _parts(e, x, n):
@@ -46,16 +47,24 @@ def chebyshev(e, x, n_raw, kind: str):
     two_n1 = e.add(e.mul(n, 2.0), 1.0)
     nh = e.add(n, 0.5)
 
+    def lcosh(t):  # log cosh t = t - ln 2 + log1p(exp(-2t)), t >= 0
+        return e.add(e.sub(t, _LN2), e.log1p(e.exp(e.mul(t, -2.0))))
+
+    def lsinh(t):  # log sinh t = t - ln 2 + log(-expm1(-2t)), t > 0
+        return e.add(e.sub(t, _LN2), e.log(e.neg(e.expm1(e.mul(t, -2.0)))))
+
     def hyp(m, flavour):
-        """the |x| > 1 magnitude at degree m for a flavour: T, U, V (cosh form), W (sinh)."""
+        """the |x| > 1 magnitude at degree m: T = cosh(m p); U, V, W are ratios, taken as
+        exp of a difference of logs so a numerator past the float range does not overflow
+        before the division (torch's recurrence reaches U_92(1.5) = 3.3e38)."""
         if flavour == "T":
             return e.cosh(e.mul(m, phi))
         if flavour == "U":
-            return e.div(e.sinh(e.mul(e.add(m, 1.0), phi)), e.sinh(phi))
-        mh = e.add(m, 0.5)
+            return e.exp(e.sub(lsinh(e.mul(e.add(m, 1.0), phi)), lsinh(phi)))
+        mh = e.mul(e.add(m, 0.5), phi)
         if flavour == "V":
-            return e.div(e.cosh(e.mul(mh, phi)), e.cosh(e.mul(phi, 0.5)))
-        return e.div(e.sinh(e.mul(mh, phi)), e.sinh(e.mul(phi, 0.5)))
+            return e.exp(e.sub(lcosh(mh), lcosh(e.mul(phi, 0.5))))
+        return e.exp(e.sub(lsinh(mh), lsinh(e.mul(phi, 0.5))))
 
     if kind == "T":
         trig = e.cos(e.mul(n, theta))

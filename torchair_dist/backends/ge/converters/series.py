@@ -14,9 +14,10 @@ import torch
 from ..builder import TensorRef
 
 Operand = Union[TensorRef, float, int]
+_LN2 = 0.6931471805599453
 
-EMITS = ("Add", "Sub", "Mul", "RealDiv", "Neg", "Exp", "Log", "Sin", "Cos", "Tan", "Abs",
-         "Floor", "Round", "Trunc", "Sqrt", "Acos", "Acosh", "Cosh", "Sinh", "Less",
+EMITS = ("Add", "Sub", "Mul", "RealDiv", "Neg", "Exp", "Log", "Log1p", "Expm1", "Sin", "Cos", "Tan", "Abs",
+         "Floor", "Round", "Sqrt", "Acos", "Acosh", "Less",
          "LessEqual", "Equal", "IsNan", "IsInf", "LogicalOr", "LogicalAnd", "LogicalNot",
          "SelectV2", "Fill", "Cast", "Const")
 
@@ -52,6 +53,8 @@ class Ew:
     def neg(self, a): return self._un("Neg", a)  # noqa: E704
     def exp(self, a): return self._un("Exp", a)  # noqa: E704
     def log(self, a): return self._un("Log", a)  # noqa: E704
+    def log1p(self, a): return self._un("Log1p", a)  # noqa: E704
+    def expm1(self, a): return self._un("Expm1", a)  # noqa: E704
     def sin(self, a): return self._un("Sin", a)  # noqa: E704
     def cos(self, a): return self._un("Cos", a)  # noqa: E704
     def tan(self, a): return self._un("Tan", a)  # noqa: E704
@@ -60,13 +63,26 @@ class Ew:
     def round(self, a): return self._un("Round", a)  # noqa: E704
     def sqrt(self, a): return self._un("Sqrt", a)  # noqa: E704
     def trunc(self, a):
-        return self.cx.emit1("Trunc", [("input_x", self.t(a))], desc=(self.dtype, self.shape),
-                             port="output_y")
+        """Toward zero, from Floor (GE's Trunc takes no float64)."""
+        a = self.t(a)
+        return self.where(self.less(a, 0.0), self.neg(self.floor(self.neg(a))), self.floor(a))
 
     def acos(self, a): return self._un("Acos", a)  # noqa: E704
     def acosh(self, a): return self._un("Acosh", a)  # noqa: E704
-    def cosh(self, a): return self._un("Cosh", a)  # noqa: E704
-    def sinh(self, a): return self._un("Sinh", a)  # noqa: E704
+    def cosh(self, a):
+        """exp(|a| - ln 2) + exp(-|a|) / 2: finite up to where cosh itself overflows (a float32
+        Cosh through exp(a) / 2 overflows at 88.72, cosh only at 89.42)."""
+        m = self.abs(a)
+        return self.add(self.exp(self.sub(m, _LN2)), self.mul(self.exp(self.neg(m)), 0.5))
+
+    def sinh(self, a):
+        """sign(a) (exp(|a| - ln 2) - exp(-|a|) / 2), for the same range as :meth:`cosh`;
+        near 0 (|a| < 1e-2) a + a^3 / 6, where the difference would cancel."""
+        m = self.abs(a)
+        big = self.sub(self.exp(self.sub(m, _LN2)), self.mul(self.exp(self.neg(m)), 0.5))
+        small = self.add(m, self.mul(self.mul(m, self.mul(m, m)), 1.0 / 6.0))
+        mag = self.where(self.less(m, 1e-2), small, big)
+        return self.where(self.less(a, 0.0), self.neg(mag), mag)
     def not_(self, a): return self._un("LogicalNot", a, torch.bool)  # noqa: E704
     def less(self, a, b): return self._bin("Less", a, b, torch.bool)  # noqa: E704
     def less_equal(self, a, b): return self._bin("LessEqual", a, b, torch.bool)  # noqa: E704
