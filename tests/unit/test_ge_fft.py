@@ -116,3 +116,34 @@ def test_silu_of_a_complex_tensor():
     out, converted, _ = ge_roundtrip(lambda v: torch.nn.functional.silu(v), z)
     assert_same(torch.nn.functional.silu(z), out, **TOL)
     assert "Swish" not in _types(converted) and "Exp" in _types(converted)
+
+
+def test_abs_and_sgn_of_complex_use_the_modulus():
+    # abs of a complex tensor once went through a complex->float Cast (dropping the imaginary
+    # part) into the real Abs: a silent wrong result; now it is GE's ComplexAbs
+    z = torch.complex(_signal(3, 5), _signal(3, 5, seed=2))
+    z[0, 0] = 0
+    z128 = z.to(torch.complex128)
+    r = _signal(4)
+
+    def fn(z, z128, r):
+        return z.abs(), z128.abs(), z.sgn(), torch.fft.rfft(r).abs() ** 2, r.abs()
+
+    out, converted, _ = ge_roundtrip(fn, z, z128, r)
+    assert_same(fn(z, z128, r), out, **TOL)
+    assert "ComplexAbs" in _types(converted)
+
+
+def test_complex_abs_kernel_is_the_modulus_as_tout():
+    # |3+4i| = 5; huge parts must not overflow in the square; Tout names the real output type
+    z = torch.tensor([3 + 4j, -5 - 12j, 0j, complex(3e30, 4e30), complex(0, -2)],
+                     dtype=torch.complex64)
+    b = GraphBuilder("g")
+    x = b.data(z.dtype, tuple(z.shape))
+    y = b.op("ComplexAbs", [("x", x)], {"Tout": torch.float32}, [("y", (torch.float32, (5,)))])
+    b.net_output(y)
+    rt = ReferenceRuntime(check=True)
+    rt.load(b.model().SerializeToString())
+    got = rt.run([z])[0]
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, torch.tensor([5.0, 13.0, 0.0, 5e30, 2.0]))

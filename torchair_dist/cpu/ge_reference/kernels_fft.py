@@ -32,3 +32,11 @@ def _irfft(spec: OpSpec):
 def _angle(spec: OpSpec):
     out = spec.outputs[0][0]
     return lambda x: torch.angle(x).to(out)
+
+
+@kernel("ComplexAbs")
+def _complex_abs(spec: OpSpec):
+    """The modulus sqrt(re^2 + im^2) of each element (without intermediate overflow), as
+    ``Tout``."""
+    out = spec.outputs[0][0]
+    return lambda x: torch.abs(x).to(out)

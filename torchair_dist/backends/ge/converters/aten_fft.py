@@ -1,5 +1,5 @@
 """Converters: FFTs and complex numbers (``aten._fft_r2c/_fft_c2c/_fft_c2r``, conj, angle,
-complex, real/imag; view_as_real/view_as_complex live in aten_extra).
+complex, real/imag, abs of a complex tensor; view_as_real/view_as_complex live in aten_extra).
 
 GE's FFT ops follow TensorFlow's: ``FFT``/``IFFT`` transform the innermost dimension of a
 complex tensor (``IFFT`` divides by its length), ``RFFT``/``IRFFT`` take a float32 signal /
@@ -255,3 +255,24 @@ def _real(cx, x):
 def _imag(cx, x):
     _require_complex(cx, x)
     return _parts(cx, x)[1]
+
+
+def _complex_aware_abs():
+    """``abs`` of a complex tensor is its modulus (GE's ComplexAbs); aten_math's elementwise
+    ``Abs`` takes real types only and would otherwise be reached through a complex->real Cast
+    that drops the imaginary part. Real inputs keep aten_math's converter."""
+    from .registry import CONVERTERS, Converter, lookup, target_key
+
+    real_abs = lookup(aten.abs.default)
+
+    def _abs(cx, x):
+        if x.dtype in _REAL_OF:
+            real = _REAL_OF[x.dtype]
+            return cx.emit1("ComplexAbs", [("x", x)], {"Tout": real}, (real, x.shape))
+        return real_abs.fn(cx, x)
+
+    key = target_key(aten.abs.default)
+    CONVERTERS[key] = Converter(key, _abs, tuple(real_abs.emits) + ("ComplexAbs",))
+
+
+_complex_aware_abs()
