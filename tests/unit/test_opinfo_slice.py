@@ -35,6 +35,8 @@ OK_BOTH_MODES = [
     # segment reductions, tensor_split at tensor indices
     "_segment_reduce.lengths", "_segment_reduce.offsets", "nn.functional.embedding_bag",
     "tensor_split",
+    # resampling (converters/aten_resample.py)
+    "nn.functional.adaptive_avg_pool3d", "_upsample_bilinear2d_aa",
 ]
 NPUGRAPH_EX_ONLY = ["linalg.inv", "linalg.solve", "linalg.cholesky"]  # with_effects ops
 
