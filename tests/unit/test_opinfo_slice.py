@@ -34,6 +34,8 @@ OK_BOTH_MODES = [
     "diagonal_scatter", "nonzero", "masked_select", "unique",
     # segment reductions
     "_segment_reduce.lengths", "_segment_reduce.offsets", "nn.functional.embedding_bag",
+    # resampling (converters/aten_resample.py)
+    "nn.functional.adaptive_avg_pool3d", "_upsample_bilinear2d_aa",
 ]
 NPUGRAPH_EX_ONLY = ["linalg.inv", "linalg.solve", "linalg.cholesky"]  # with_effects ops
 

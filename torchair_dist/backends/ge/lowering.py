@@ -224,8 +224,8 @@ REFUSALS = [
     (("special_", "bessel"),
      "a special function with no GE op, not composed from elementwise ops yet (Bessel J/Y/K, "
      "Airy; lgamma, digamma, polygamma, erfcx, i0/i1, Chebyshev polynomials are)"),
-    (("avg_pool", "adaptive_", "max_pool", "upsample", "grid_sampler_3d"),
-     "no converter yet for this pooling/convolution variant"),
+    (("avg_pool", "adaptive_", "max_pool", "fractional_max_pool", "max_unpool", "upsample"),
+     "no converter yet for this pooling/resampling variant"),
     (("_scaled_mm", "hash_tensor", "copy_to"),
      "not meaningful in a GE graph (float8 scaled matmul / hashing / a copy into a view)"),
 ]

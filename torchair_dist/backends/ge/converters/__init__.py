@@ -14,5 +14,6 @@ from .registry import CONVERTERS, Converter, lookup, register, target_key  # noq
 from . import aten_attention, aten_extra, aten_math, aten_misc, aten_select  # noqa: F401,E402
 from . import aten_shape, aten_update  # noqa: F401,E402
 from . import aten_conv, aten_fft, aten_lu, aten_order, aten_polynomials, aten_special  # noqa: F401,E402
+from . import aten_resample  # noqa: F401,E402
 from . import aten_core, aten_dynamic, aten_linalg, aten_more  # noqa: F401,E402  (aten_core after the others: it aliases their prims twins)
 from . import collectives, collectives_ext, streams  # noqa: F401,E402
