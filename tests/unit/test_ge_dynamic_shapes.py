@@ -125,7 +125,7 @@ def test_bincount_counts_weights_minlength_and_a_second_size():
     _check(lambda x: torch.bincount(x, minlength=3), [(torch.zeros(0, dtype=torch.int64),)], [])
 
 
-def test_tensor_split_by_a_tensor_of_indices_is_refused_not_wrong(monkeypatch):
+def test_tensor_split_by_a_tensor_of_indices_is_refused_not_wrong(request):
     # the pieces are views of the input at data-dependent offsets: AOT rebuilds them from the
     # GE outputs' storage offsets, which fresh GE tensors do not carry (a bool input, whose
     # carrier Cast makes a fresh tensor even on CPU, gave rows 0:2 for 1:3 before)
@@ -134,7 +134,11 @@ def test_tensor_split_by_a_tensor_of_indices_is_refused_not_wrong(monkeypatch):
     from torchair_dist import CompilerConfig, get_npu_backend
     from torchair_dist.errors import UnsupportedOpError
 
-    monkeypatch.setattr(torch._dynamo.config, "capture_scalar_outputs", True)
+    # config.patch, not monkeypatch: on torch 2.14 the name is an alias that a monkeypatch
+    # undo deletes for every later test
+    patch = torch._dynamo.config.patch(capture_scalar_outputs=True)
+    patch.__enter__()
+    request.addfinalizer(lambda: patch.__exit__(None, None, None))
     torch._dynamo.reset()
     fn = torch.compile(lambda a, i: torch.tensor_split(a, i),
                        backend=get_npu_backend(compiler_config=CompilerConfig()), fullgraph=True)

@@ -106,13 +106,17 @@ def test_nonzero_static_pads_or_cuts(size):
     _same(lambda v: torch.nonzero_static(v, size=size), torch.tensor(4.0))
 
 
-def test_data_dependent_lengths_follow_every_call(monkeypatch):
+def test_data_dependent_lengths_follow_every_call(monkeypatch, request):
     # one compiled graph; each call's nonzero/masked_select/unique/bincount length is its own
     import torch._dynamo
 
     from torchair_dist import CompilerConfig, get_npu_backend
 
-    monkeypatch.setattr(torch._dynamo.config, "capture_dynamic_output_shape_ops", True)
+    # config.patch, not monkeypatch: on torch 2.14 the name is an alias that a monkeypatch
+    # undo deletes for every later test
+    patch = torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True)
+    patch.__enter__()
+    request.addfinalizer(lambda: patch.__exit__(None, None, None))
     monkeypatch.setenv("TORCHAIR_DIST_GE_VALIDATE", "1")
 
     def f(x, m, k):
