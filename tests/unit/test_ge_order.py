@@ -144,3 +144,11 @@ def test_mode_smallest_most_frequent_and_its_last_index(dim, keepdim):
     x = torch.tensor([[3, 1, 3, 1, 2, 2], [5, 5, 4, 4, 4, 5], [0, 9, 8, 7, 6, 5]])
     _same(lambda v: torch.mode(v, dim, keepdim), x)
     _same(lambda v: torch.mode(v, dim, keepdim), x.float().t().contiguous())
+
+
+def test_searchsorted_of_float64_is_refused_by_name():
+    from torchair_dist.errors import UnsupportedOpError
+
+    with pytest.raises(UnsupportedOpError, match="SearchSorted takes no float64"):
+        ge_roundtrip(lambda s, v: torch.searchsorted(s, v), torch.arange(5.0).double(),
+                     torch.tensor([1.5]).double())

@@ -148,10 +148,20 @@ def _index_reduce(cx, x, dim, index, source, reduce, *, include_self=True):
 
 
 # -- searches ----------------------------------------------------------------------------------
+def _search_dtype(cx, seq):
+    """GE's SearchSorted takes no float64 or bool; a float32 copy could merge distinct
+    float64 values, so those are refused by name."""
+    if seq.dtype in (torch.float64, torch.bool):
+        raise UnsupportedOpError(f"%{cx.node.name}: {cx.node.target} of {seq.dtype}: GE's "
+                                 "SearchSorted takes no float64/bool (a float32 copy could merge "
+                                 "distinct values)")
+
+
 @register([aten.searchsorted.Tensor], ["SearchSorted", "Cast"])
 def _searchsorted(cx, sorted_sequence, values, *, out_int32=False, right=False, side=None,
                   sorter=None):
     right = bool(right) or side == "right"
+    _search_dtype(cx, sorted_sequence)
     inputs = [("sorted_sequence", sorted_sequence), ("values", cx.cast(values,
                                                                         sorted_sequence.dtype))]
     if sorter is not None:
@@ -164,6 +174,7 @@ def _searchsorted(cx, sorted_sequence, values, *, out_int32=False, right=False, 
 @register([aten.bucketize.Tensor], ["SearchSorted", "Cast"])
 def _bucketize(cx, x, boundaries, *, out_int32=False, right=False):
     """bucketize(x, b, right) == searchsorted(b, x, right) for a 1-D b."""
+    _search_dtype(cx, boundaries)
     out = torch.int32 if out_int32 else torch.int64
     return cx.emit1("SearchSorted", [("sorted_sequence", boundaries),
                                      ("values", cx.cast(x, boundaries.dtype))],
