@@ -139,3 +139,29 @@ def recording_conversions():
         yield seen
     finally:
         ge_backend.convert_graph = original
+
+
+def compile_ge(fn):
+    """``fn`` compiled with the real backend in max-autotune (GE), fullgraph, after a reset."""
+    from torchair_dist import CompilerConfig, get_npu_backend
+
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=get_npu_backend(compiler_config=CompilerConfig()),
+                         fullgraph=True)
+
+
+def record_ge_types(monkeypatch) -> list:
+    """A list that collects the GE op types of every graph the GE backend converts from now on
+    (until ``monkeypatch`` undoes it)."""
+    import torchair_dist.backends.ge as ge_backend
+
+    types: list = []
+    convert = ge_backend.convert_graph
+
+    def record(*args, **kwargs):
+        converted = convert(*args, **kwargs)
+        types.extend(op.type for op in converted.model.graph[0].op)
+        return converted
+
+    monkeypatch.setattr(ge_backend, "convert_graph", record)
+    return types

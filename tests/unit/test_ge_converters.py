@@ -203,18 +203,9 @@ def test_copy_writes_back_the_mutated_input():
 def test_moe_combine_index_add_through_aot(monkeypatch, dynamic):
     """``out.index_add_`` in user code (functionalized to aten.index_add by AOT) becomes
     InplaceIndexAdd and matches eager, with symbolic token counts too."""
-    import torchair_dist.backends.ge as ge_backend
-    from test_ge_common import aot_compile
+    from test_ge_common import aot_compile, record_ge_types
 
-    types = []
-    convert = ge_backend.convert_graph
-
-    def record(*args, **kwargs):
-        converted = convert(*args, **kwargs)
-        types.extend(op.type for op in converted.model.graph[0].op)
-        return converted
-
-    monkeypatch.setattr(ge_backend, "convert_graph", record)
+    types = record_ge_types(monkeypatch)
 
     def combine(x, idx, y, w):
         out = torch.zeros_like(x)

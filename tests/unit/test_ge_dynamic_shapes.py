@@ -10,19 +10,10 @@ import torch
 
 from test_ge_common import recording_conversions
 from test_ge_kernel_semantics import run_op
-from torchair_dist import CompilerConfig, get_npu_backend
 from torchair_dist.errors import UnsupportedOpError
 
 
-@pytest.fixture(autouse=True)
-def _validate(monkeypatch):
-    monkeypatch.setenv("TORCHAIR_DIST_GE_VALIDATE", "1")
-
-
-def _compile(fn):
-    torch._dynamo.reset()
-    return torch.compile(fn, backend=get_npu_backend(compiler_config=CompilerConfig()),
-                         fullgraph=True)
+from test_ge_common import compile_ge as _compile, ge_validate  # noqa: F401,E402  (autouse)
 
 
 def _check(fn, cases, want_ops, tol=0.0):

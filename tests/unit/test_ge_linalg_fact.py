@@ -4,30 +4,13 @@ the GE graph holds the expected ops, and the family's refused ops name themselve
 import pytest
 import torch
 
-import torchair_dist.backends.ge as ge_backend
-from torchair_dist import CompilerConfig, get_npu_backend
+from test_ge_common import compile_ge as _compile, record_ge_types
 
 
 @pytest.fixture
 def ge_types(monkeypatch):
     monkeypatch.setenv("TORCHAIR_DIST_GE_VALIDATE", "1")
-    types = []
-    convert = ge_backend.convert_graph
-
-    def record(*args, **kwargs):
-        converted = convert(*args, **kwargs)
-        types.extend(op.type for op in converted.model.graph[0].op)
-        return converted
-
-    monkeypatch.setattr(ge_backend, "convert_graph", record)
-    return types
-
-
-def _compile(fn):
-    torch._dynamo.reset()
-    config = CompilerConfig()
-    config.mode = "max-autotune"
-    return torch.compile(fn, backend=get_npu_backend(compiler_config=config), fullgraph=True)
+    return record_ge_types(monkeypatch)
 
 
 def _rank_deficient(*shape, rank):

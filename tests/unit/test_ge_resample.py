@@ -6,18 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchair_dist import CompilerConfig, get_npu_backend
 
 
-@pytest.fixture(autouse=True)
-def _validate(monkeypatch):
-    monkeypatch.setenv("TORCHAIR_DIST_GE_VALIDATE", "1")
-
-
-def _compile(fn):
-    torch._dynamo.reset()
-    return torch.compile(fn, backend=get_npu_backend(compiler_config=CompilerConfig()),
-                         fullgraph=True)
+from test_ge_common import compile_ge as _compile, ge_validate  # noqa: F401,E402  (autouse)
 
 
 def _run_recording(fn, *args):
