@@ -4,8 +4,10 @@ only from the lengths/offsets values, the output shape is static) and the storag
 records for a slice at data-dependent bounds (``tensor_split`` by a tensor of indices).
 
 Segments become per-row segment ids computed in the graph, reduced by GE's
-UnsortedSegment{Sum,Max,Min,Prod}. (nonzero, masked_select, unique, bincount, put,
-masked_scatter, nonzero_static live in :mod:`.aten_order`.)
+UnsortedSegment{Sum,Max,Min,Prod}. Outputs whose LENGTH depends on the values (nonzero,
+masked_select, unique, unique_consecutive, bincount) carry a -1 dim in the GE desc; the
+executor computes the real size on every run. (put, masked_scatter, nonzero_static, whose
+shapes are static, live in :mod:`.aten_order`.)
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import operator
 import torch
 
 from ....errors import UnsupportedOpError
+from .aten_order import _flat, _numel
 from .registry import register
 
 aten = torch.ops.aten
@@ -187,3 +190,98 @@ def _embedding_bag(cx, weight, indices, offsets, scale_grad_by_freq=False, mode=
         o_dtype, o_shape = cx.out(i)
         outs.append(cx.const(torch.zeros([max(v, 0) for v in o_shape], dtype=o_dtype), o_dtype))
     return tuple(outs)
+
+
+# -- outputs whose length depends on the values (a -1 dim in the GE desc) -------------------------
+@register([aten.nonzero.default], ["NonZero"])
+def _nonzero(cx, x):
+    """The coordinates of the nonzeros, row-major, one row each: GE's NonZero (its row count
+    is known when the graph runs)."""
+    return cx.emit1("NonZero", [("x", x)], {"transpose": False, "dtype": torch.int64},
+                    (torch.int64, (-1, len(x.shape))))
+
+
+@register([aten.masked_select.default], ["BroadcastTo", "NonZero", "Unpack", "Index", "Const",
+                                         "Cast"])
+def _masked_select(cx, x, mask):
+    """x[mask] with both broadcast to their common shape: GE's Index with the mask's
+    coordinates (NonZero) as the indices of every dim."""
+    from .indexing import int_indices
+
+    shape = tuple(torch.broadcast_shapes(tuple(x.shape), tuple(mask.shape)))
+    if tuple(x.shape) != shape:
+        x = cx.emit1("BroadcastTo", [("x", x), ("shape", cx.const(list(shape), torch.int64))],
+                     desc=(x.dtype, shape))
+    if tuple(mask.shape) != shape:
+        mask = cx.emit1("BroadcastTo", [("x", mask), ("shape", cx.const(list(shape),
+                                                                          torch.int64))],
+                        desc=(torch.bool, shape))
+    if not shape:  # 0-d: x[mask] of a 0-d mask is x[None][mask[None]]
+        x, mask = cx.reshape(x, [1], (1,)), cx.reshape(mask, [1], (1,))
+    given = int_indices(cx, [mask])
+    n = len(given)
+    return cx.emit1("Index", [("x", x), ("indexed_sizes", cx.const([1] * n, torch.int64)),
+                              ("indexed_strides", cx.const([0] * n, torch.int64)),
+                              ("indices", given)], desc=(x.dtype, (-1,)))
+
+
+def _empty_long(cx, i):
+    """An output torch leaves empty (inverse/counts not asked for): a Const of its shape."""
+    shape = cx.out(i)[1]
+    return cx.const(torch.zeros(shape, dtype=torch.int64))
+
+
+@register([aten._unique2.default], ["Reshape", "UniqueWithCountsAndSorting", "Const"])
+def _unique2(cx, x, sorted=True, return_inverse=False, return_counts=False):
+    """torch.unique (sorted on every platform torch runs, whatever ``sorted`` says): GE's
+    UniqueWithCountsAndSorting of the flattened tensor; the inverse gets x's shape back."""
+    flat = _flat(cx, x) if x.shape != (_numel(x.shape),) else x
+    n = flat.shape[0]
+    y, inv, counts = cx.emit("UniqueWithCountsAndSorting", [("x", flat)],
+                             {"return_inverse": True, "return_counts": True, "sorted": True},
+                             [("y", (x.dtype, (-1,))), ("indices", (torch.int64, (n,))),
+                              ("counts", (torch.int64, (-1,)))])
+    inv = cx.reshape(inv, list(x.shape), tuple(x.shape)) if return_inverse else _empty_long(cx, 1)
+    return [y, inv, counts if return_counts else _empty_long(cx, 2)]
+
+
+@register([aten.unique_consecutive.default], ["Reshape", "UniqueConsecutive", "Const"])
+def _unique_consecutive(cx, x, return_inverse=False, return_counts=False, dim=None):
+    """GE's UniqueConsecutive; ``axis`` 1000 is GE's "flatten first" (torch's dim=None)."""
+    if dim is not None:
+        raise UnsupportedOpError(f"%{cx.node.name}: unique_consecutive(dim={dim}) has no "
+                                 "lowering (dim=None does)")
+    flat = _flat(cx, x)
+    n = flat.shape[0]
+    y, inv, counts = cx.emit("UniqueConsecutive", [("x", flat)],
+                             {"return_idx": True, "return_counts": True, "axis": 1000},
+                             [("y", (x.dtype, (-1,))), ("idx", (torch.int64, (n,))),
+                              ("count", (torch.int64, (-1,)))])
+    inv = cx.reshape(inv, list(x.shape), tuple(x.shape)) if return_inverse else _empty_long(cx, 1)
+    return [y, inv, counts if return_counts else _empty_long(cx, 2)]
+
+
+@register([aten.bincount.default], ["Cast", "ReduceMax", "Add", "Maximum", "Fill", "Bincount",
+                                    "Const"])
+def _bincount(cx, x, weights=None, minlength=0):
+    """GE's Bincount with size = max(max(x) + 1, minlength) computed in the graph; without
+    weights every element counts 1 (int64, torch's result type)."""
+    dtype = cx.out_dtype
+    n = _numel(x.shape)
+    arr = cx.cast(x, torch.int32)
+    if n == 0:
+        size = cx.const(int(minlength), torch.int32)
+    else:
+        top = cx.emit1("ReduceMax", [("x", arr), ("axes", cx.const([0], torch.int64))],
+                       {"keep_dims": False}, (torch.int32, ()))
+        size = cx.emit1("Add", [("x1", top), ("x2", cx.const(1, torch.int32))],
+                        desc=(torch.int32, ()))
+        size = cx.emit1("Maximum", [("x1", size), ("x2", cx.const(int(minlength), torch.int32))],
+                        desc=(torch.int32, ()))
+    if weights is None:
+        w = cx.emit1("Fill", [("dims", cx.const([n], torch.int64)),
+                              ("value", cx.const(1, dtype))], desc=(dtype, (n,)))
+    else:
+        w = cx.cast(weights, dtype)
+    return cx.emit1("Bincount", [("array", arr), ("size", size), ("weights", w)],
+                    desc=(dtype, (-1,)), port="bins")
