@@ -62,4 +62,4 @@ registry: $(STAMP)
 	$(PY) -m torchair_dist.backends.ge.registry_subset $(if $(REGISTRY),--registry $(REGISTRY))
 
 docs: $(STAMP)
-	$(PY) -m torchair_dist.docs --write README.md
+	$(PY) -m torchair_dist.tools.docs --write README.md

@@ -148,7 +148,7 @@ class CompileStats:
     def __enter__(self):
         from torch._dynamo.utils import counters
 
-        from torchair_dist.compiler import record_graphs
+        from torchair_dist.pipeline.route import record_graphs
 
         self._counters = counters
         self._frames0 = counters["stats"]["unique_graphs"]

@@ -9,17 +9,17 @@ and the converter API for users' ops: ``register_fx_node_ge_converter`` and the 
 namespace; ``import torchair_dist as torchair`` runs TorchAir scripts (README: "Coming from
 TorchAir").
 """
-from .torch_compat import check_torch_version as _check_torch_version
+from .base.torch_support import check_torch_version as _check_torch_version
 
 _check_torch_version()  # before anything touches torch internals: a clear error, not a deep one
 
-from .backend import get_npu_backend  # noqa: E402
+from .pipeline.entry import get_npu_backend  # noqa: E402
 from .backends.aclgraph.report import capture_report, reset_capture_report  # noqa: E402
 from .cache import cache_compile  # noqa: E402
 from .collectives import remap as _remap  # noqa: E402
-from .compiler import get_compiler  # noqa: E402
+from .pipeline.route import get_compiler  # noqa: E402
 from .configs import CompilerConfig  # noqa: E402
-from .export import dynamo_export  # noqa: E402
+from .pipeline.dynamo_export import dynamo_export  # noqa: E402
 from . import ge  # noqa: E402
 from .ge import register_fx_node_ge_converter  # noqa: E402
 from .streams import (npu_create_tagged_event, npu_record_tagged_stream,  # noqa: E402
@@ -28,7 +28,7 @@ from .streams import (npu_create_tagged_event, npu_record_tagged_stream,  # noqa
                       npu_wait_tensor)
 
 from . import inference, ops, scope  # noqa: E402 - TorchAir's submodules
-from .compat import (compile_fx, logger, npu_format_cast_via_cpu, patch_for_hcom,  # noqa: E402
+from .compat.names import (compile_fx, logger, npu_format_cast_via_cpu, patch_for_hcom,  # noqa: E402
                      register_replacement, use_internal_format_weight)
 
 from ._version import __version__  # noqa: E402

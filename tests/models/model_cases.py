@@ -44,7 +44,7 @@ def check_results(results: List[Dict], atol: float, ref_atol: float, what: str) 
 @contextlib.contextmanager
 def record_graphs():
     """Collect the call_function targets of every graph our compiler receives."""
-    from torchair_dist.compiler import record_graphs as record
+    from torchair_dist.pipeline.route import record_graphs as record
     from torchair_dist.passes.graph_info import op_targets
 
     graphs: List[List[str]] = []

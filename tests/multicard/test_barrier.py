@@ -13,7 +13,7 @@ def _barrier_case(rank, world, mode, marker_dir):
     import torch.distributed as dist
 
     import torchair_dist
-    from torchair_dist.compiler import record_graphs
+    from torchair_dist.pipeline.route import record_graphs
     from torchair_dist.passes.graph_info import op_targets
 
     torch._dynamo.reset()

@@ -21,7 +21,7 @@ def _moe_tp_case(rank, world, inductor_kernels, shm=False):
 
     import torchair_dist
     from torch._inductor import metrics
-    from torchair_dist.compiler import record_graphs
+    from torchair_dist.pipeline.route import record_graphs
     from torchair_dist.passes.graph_info import op_targets
 
     os.environ["TORCHAIR_DIST_CPU_CAPTURE"] = "emulate"

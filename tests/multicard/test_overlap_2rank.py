@@ -35,7 +35,7 @@ def _run_block(rank, world_size, mode, overlap_on):
     import torch.distributed as dist
 
     import torchair_dist
-    import torchair_dist.compiler as compiler
+    import torchair_dist.pipeline.route as compiler
 
     torch.manual_seed(1234 + rank)
     x = torch.randn(8, 16)
@@ -133,7 +133,7 @@ def _run_streams(rank, world_size, mode, which):
     import torch.distributed as dist
 
     import torchair_dist
-    import torchair_dist.compiler as compiler
+    import torchair_dist.pipeline.route as compiler
 
     program = {"switch": _side_stream_block, "torch": _torch_stream_block}[which]
     torch.manual_seed(7 + rank)

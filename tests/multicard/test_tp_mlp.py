@@ -14,7 +14,7 @@ def _tp_mlp_case(rank, world, mode, emulate, dynamic, shm=None):
     import torch.nn.functional as F
 
     import torchair_dist
-    from torchair_dist.compiler import record_graphs
+    from torchair_dist.pipeline.route import record_graphs
     from torchair_dist.passes.graph_info import op_targets
 
     if emulate:

@@ -9,7 +9,7 @@ import torch
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
-    from torchair_dist.util import reset_process_state
+    from torchair_dist.base.util import reset_process_state
 
     monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "record")
     torch._dynamo.reset()

@@ -6,7 +6,7 @@ import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 
 import torchair_dist as torchair
-from torchair_dist import compiler
+from torchair_dist.pipeline import route as compiler
 from torchair_dist.errors import ConfigError, TorchairDistError
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torchair_dist as torchair
-from torchair_dist import compiler
+from torchair_dist.pipeline import route as compiler
 from torchair_dist.errors import StreamApiError, UnsupportedOpError
 
 
@@ -142,7 +142,7 @@ def _replace(x, y):
 
 @pytest.fixture(scope="module")
 def registered_pattern():
-    from torchair_dist import patterns
+    from torchair_dist.pipeline import user_patterns as patterns
 
     ex = [torch.empty(4, 4), torch.empty(4, 4)]
     assert torchair.register_replacement(_search, _replace, ex)
@@ -189,7 +189,7 @@ def test_ge_mode_writes_scope_attributes_on_the_ge_ops(monkeypatch):
 
 
 def test_cleared_patterns_rewrite_nothing():
-    from torchair_dist import patterns
+    from torchair_dist.pipeline import user_patterns as patterns
 
     patterns.clear_replacements()
 

@@ -1,12 +1,12 @@
 """Every public TorchAir name resolves under ``import torchair_dist as torchair`` (or is listed
 as not provided, with why), with TorchAir's parameter names in TorchAir's order; the README's
-table is the rendering of ``torchair_dist.torchair_surface``."""
+table is the rendering of ``torchair_dist.compat.surface``."""
 import inspect
 
 import pytest
 
 import torchair_dist as torchair
-from torchair_dist import torchair_surface as surface
+from torchair_dist.compat import surface as surface
 
 # TorchAir's public names (its public repository, mid-2026): torchair.__all__, the submodules
 # imported at its top level, and the __all__ / public functions of inference, scope, ops, ge.

@@ -69,7 +69,7 @@ def test_compiled_equals_eager(model, shape, mode, emulate, monkeypatch):
 
 @pytest.mark.parametrize("mode", ["npugraph_ex", "max-autotune"])
 def test_run_eagerly_runs_the_fx_graph_not_the_backend(mode, monkeypatch):
-    import torchair_dist.compiler as compiler_mod
+    import torchair_dist.pipeline.route as compiler_mod
 
     def no_backend(mode):
         raise AssertionError(f"run_eagerly must not reach the {mode} backend")

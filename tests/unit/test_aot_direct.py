@@ -1,5 +1,5 @@
 """Inference graphs whose AOT runtime wrapper has nothing to do are called without it
-(torchair_dist/aot_direct.py); every other graph keeps AOT's forward."""
+(torchair_dist/pipeline/aot.py); every other graph keeps AOT's forward."""
 import logging
 
 import pytest
@@ -27,7 +27,7 @@ def _compile(fn, mode, dynamic=False):
 
 @pytest.fixture
 def debug_lines():
-    from torchair_dist._logging import init_logging
+    from torchair_dist.base.log import init_logging
 
     log = init_logging()  # once per process: it must not reset the level set below
     lines = []

@@ -7,9 +7,9 @@ import torch
 
 import torchair_dist
 from torchair_dist import CompilerConfig, get_compiler, get_npu_backend
-from torchair_dist import backend as backend_mod
-from torchair_dist import decompositions as decomp_mod
-from torchair_dist.compiler import MODE_BACKENDS, NpuFxCompiler, backend_for_mode
+from torchair_dist.pipeline import entry as backend_mod
+from torchair_dist.pipeline import decomposition_table as decomp_mod
+from torchair_dist.pipeline.route import MODE_BACKENDS, NpuFxCompiler, backend_for_mode
 from torchair_dist.configs import COMPILE_OPTIONS, apply_compile_options
 from torchair_dist.errors import BackendUnavailableError, ConfigError, ConfigTypeError
 
@@ -119,7 +119,7 @@ def test_unknown_option_lists_allowed_keys():
 
 
 def test_options_through_torch_compile_take_effect_and_do_not_leak():
-    from torchair_dist import compiler
+    from torchair_dist.pipeline import route as compiler
 
     cfg = _acl()
     backend = get_npu_backend(compiler_config=cfg)
@@ -148,7 +148,7 @@ def test_bad_option_through_torch_compile_names_it():
 
 
 def test_named_backend_entry_point():
-    from torchair_dist import compiler
+    from torchair_dist.pipeline import route as compiler
 
     assert "npugraph_ex" in torch._dynamo.list_backends()
     f = torch.compile(lambda x: x * 3, backend="npugraph_ex", options={"clone_output": True},
@@ -161,7 +161,7 @@ def test_named_backend_entry_point():
 
 def test_dispatch_table_and_unknown_mode():
     from torchair_dist.backends import aclgraph
-    from torchair_dist.graph_context import Backend
+    from torchair_dist.pipeline.graph_context import Backend
 
     assert MODE_BACKENDS["npugraph_ex"] == MODE_BACKENDS["reduce-overhead"]
     backend = backend_for_mode("npugraph_ex")
@@ -178,7 +178,7 @@ def test_max_autotune_is_ge_and_a_missing_backend_is_a_clear_error(monkeypatch):
     assert backend is ge.BACKEND and backend.name == "ge"
     import types
 
-    import torchair_dist.compiler as compiler_mod
+    import torchair_dist.pipeline.route as compiler_mod
 
     monkeypatch.setattr(compiler_mod.importlib, "import_module",
                         lambda name: types.SimpleNamespace())  # a build without the backend
@@ -206,7 +206,7 @@ def test_public_api():
 
 
 def test_dynamo_reset_restarts_graph_numbering():
-    from torchair_dist import compiler
+    from torchair_dist.pipeline import route as compiler
 
     cfg = CompilerConfig()
     cfg.mode = "npugraph_ex"

@@ -6,8 +6,8 @@ import torch
 import torch.nn as nn
 
 import torchair_dist
-from torchair_dist import compiler, pipeline
-from torchair_dist.graph_context import Backend, GraphContext
+from torchair_dist.pipeline import route as compiler, stages as pipeline
+from torchair_dist.pipeline.graph_context import Backend, GraphContext
 
 
 class Net(nn.Module):

@@ -14,7 +14,7 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 from torchair_dist.cache import graph_from_data, graph_to_data  # noqa: E402
 from torchair_dist.cache.keys import call_key, input_signature, model_key  # noqa: E402
-from torchair_dist.collectives import ops  # noqa: E402,F401
+from torchair_dist.collectives import collective_ops  # noqa: E402,F401
 from torchair_dist.collectives.groups import stable_name_of  # noqa: E402
 from torchair_dist.configs import CompilerConfig  # noqa: E402
 from torchair_dist.errors import CacheRejectedError  # noqa: E402

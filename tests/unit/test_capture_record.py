@@ -277,7 +277,7 @@ def test_moved_parameter_is_a_recapture_and_replay_uses_the_captured_weights(run
 
 def test_rule_host_device_copy_and_stream_sync_are_uncapturable():
     from torchair_dist.backends.aclgraph.rules import find_uncapturable
-    from torchair_dist.streams.ops import ops as stream_ops
+    from torchair_dist.streams.stream_ops import ops as stream_ops
 
     g = torch.fx.Graph()
     x = g.placeholder("x")

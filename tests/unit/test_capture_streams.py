@@ -7,11 +7,11 @@ import torch
 
 import torchair_dist
 from torchair_dist.backends.aclgraph.capture import DeviceGraph
-from torchair_dist.compiler import record_graphs
+from torchair_dist.pipeline.route import record_graphs
 from torchair_dist.platform import Platform
 from torchair_dist.streams import StreamApiError, npu_stream_switch
 from torchair_dist.streams import runtime
-from torchair_dist.streams.ops import ops
+from torchair_dist.streams.stream_ops import ops
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-from torchair_dist.collectives import groups, ops  # noqa: E402,F401
+from torchair_dist.collectives import groups
+from torchair_dist.collectives import collective_ops as ops  # noqa: E402,F401
 from torchair_dist.collectives.decompositions import (  # noqa: E402
     counts_and_displacements, default_decompositions)
 
@@ -101,7 +102,7 @@ def test_all_to_all_even_split_and_symbolic_sizes():
 
 def test_user_decomposition_overrides_the_default():
     import torchair_dist
-    from torchair_dist.decompositions import merge_decompositions
+    from torchair_dist.pipeline.decomposition_table import merge_decompositions
 
     def mine(*args):
         raise AssertionError("unused")

@@ -10,7 +10,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-from torchair_dist.collectives import consistency, groups, ops  # noqa: E402,F401
+from torchair_dist.collectives import consistency, groups
+from torchair_dist.collectives import collective_ops as ops  # noqa: E402,F401
 from torchair_dist.collectives.consistency import (  # noqa: E402
     CollectiveFaultError, collective_fingerprint, compare, exchange_and_check, guard_first_run)
 from torchair_dist.errors import CollectiveMismatchError  # noqa: E402

@@ -13,7 +13,8 @@ import torch.fx
 import torchair_dist  # noqa: F401  (installs the op library)
 from torchair_dist.backends.ge.converters import CONVERTERS, lookup
 from torchair_dist.cache import groups as cache_groups
-from torchair_dist.collectives import consistency, ops, p2p, spec
+from torchair_dist.collectives import consistency, p2p, spec
+from torchair_dist.collectives import collective_ops as ops
 from torchair_dist.cpu import shm_graph  # noqa: F401  (adds the shared-memory twins' rows)
 from torchair_dist.passes import overlap, reinplace
 
@@ -85,7 +86,7 @@ def _emitted_ops(path):
 def test_every_op_the_remaps_and_decompositions_emit_has_a_fingerprinted_row():
     root = os.path.dirname(spec.__file__)
     emitted = set()
-    for module in ("remap.py", "decompositions.py", "ops.py"):
+    for module in ("remap.py", "decompositions.py", "collective_ops.py"):
         emitted |= _emitted_ops(os.path.join(root, module))
     emitted -= NOT_COLLECTIVES
     # the remap's list all_gather/all_to_all, the decompositions' outputs, p2p and barrier

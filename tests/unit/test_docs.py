@@ -1,7 +1,7 @@
 """The README's config reference is generated from the option definitions and up to date."""
 import os
 
-from torchair_dist import docs as reference
+from torchair_dist.tools import docs as reference
 
 README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torchair_dist
-import torchair_dist.compiler as compiler_mod
+import torchair_dist.pipeline.route as compiler_mod
 
 
 def f(x):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import torchair_dist
-from torchair_dist import pipeline
+from torchair_dist.pipeline import stages as pipeline
 from torchair_dist import platform as td_platform
 from torchair_dist.backends.ge.runtime import cann, cann_options
 from torchair_dist.cpu.ge_reference import ReferenceRuntime

@@ -104,7 +104,7 @@ def aot_compile(model, config=None, graphs=None, dynamic=False, static=()):
     receives (after the AOT passes) is appended to ``graphs`` when given; the arguments at the
     positions in ``static`` are marked static inputs (parameters, as Dynamo marks a module's)."""
     from torchair_dist import get_npu_backend
-    from torchair_dist.compiler import record_graphs
+    from torchair_dist.pipeline.route import record_graphs
 
     config = config if config is not None else stand_in_config()
     compiled = torch.compile(model, backend=get_npu_backend(compiler_config=config),

@@ -14,7 +14,7 @@ def _cases():
     import torch.distributed as dist
     import torch.distributed._functional_collectives as funcol
 
-    import torchair_dist.collectives.ops  # noqa: F401
+    import torchair_dist.collectives.collective_ops  # noqa: F401
 
     td = torch.ops.torchair_dist
 

@@ -9,7 +9,7 @@ from torch._inductor import metrics
 import torchair_dist
 from torchair_dist.backends.context import GraphContext
 from torchair_dist.backends.aclgraph.inductor_kernels import enabled_for
-from torchair_dist.pipeline import check_config_support
+from torchair_dist.pipeline.stages import check_config_support
 
 ATOL = 1e-5
 

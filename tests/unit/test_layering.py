@@ -4,7 +4,7 @@ included, so no import is missed):
 * every module has a declared level: a new top-level module, or a new package, fails until it
   is placed here (a package's entry covers the modules inside it);
 * a module imports its own level or lower, and the stage table's ``module:function`` strings
-  (which :func:`torchair_dist.pipeline.resolve` imports) point no higher than the pipeline;
+  (which :func:`torchair_dist.pipeline.stages.resolve` imports) point no higher than the pipeline;
 * a backend never imports another backend;
 * the CPU wing (``torchair_dist.cpu``) is imported only by itself and by
   ``torchair_dist.platform.stand_ins``, the one place that picks a stand-in; the wing reads
@@ -27,19 +27,24 @@ PKG = "torchair_dist"
 # Lowest level first. A module is placed by the longest entry it equals or lies inside; entries
 # ending in "." cover a package's modules, the others name one module exactly.
 LEVELS = {
-    "torchair_dist._version": 0, "torchair_dist.errors": 0, "torchair_dist._logging": 0,
-    "torchair_dist.util": 0, "torchair_dist.configs.": 0, "torchair_dist.platform.": 0,
-    "torchair_dist.graph_context": 0, "torchair_dist.debug": 0, "torchair_dist.torch_compat": 0, "torchair_dist.envvars": 0,
+    # ground floor: errors, version, the base helpers, configuration, the platform seams
+    "torchair_dist._version": 0, "torchair_dist.errors": 0, "torchair_dist.base": 0,
+    "torchair_dist.base.": 0, "torchair_dist.configs.": 0, "torchair_dist.platform.": 0,
+    "torchair_dist.pipeline": 0,  # the pipeline package's __init__: a docstring only
+    "torchair_dist.pipeline.graph_context": 0, "torchair_dist.tools": 0,
+    "torchair_dist.tools.dumps": 0, "torchair_dist.compat": 0,
     "torchair_dist.collectives.": 1, "torchair_dist.streams.": 1,
-    "torchair_dist.passes.": 2, "torchair_dist.patches": 2, "torchair_dist.decompositions": 2,
-    "torchair_dist.scope": 2, "torchair_dist.ops": 2, "torchair_dist.patterns": 2,
+    "torchair_dist.passes.": 2, "torchair_dist.pipeline.torch_patches": 2,
+    "torchair_dist.pipeline.decomposition_table": 2, "torchair_dist.pipeline.user_patterns": 2,
+    "torchair_dist.scope": 2, "torchair_dist.ops": 2,
     "torchair_dist.backends.": 3, "torchair_dist.cpu.": 3,
     "torchair_dist.platform.stand_ins": 3,  # the chooser: imports the CPU wing
-    "torchair_dist.pipeline": 4, "torchair_dist.compiler": 4, "torchair_dist.fx_summary": 4,
-    "torchair_dist.aot_direct": 4, "torchair_dist.ge": 4,
-    "torchair_dist.backend": 5,
-    "torchair_dist.export": 6, "torchair_dist.cache.": 6, "torchair_dist.docs": 6,
-    "torchair_dist.inference": 6, "torchair_dist.compat": 6, "torchair_dist.torchair_surface": 6,
+    "torchair_dist.pipeline.stages": 4, "torchair_dist.pipeline.route": 4,
+    "torchair_dist.pipeline.aot": 4, "torchair_dist.tools.fx_summary": 4, "torchair_dist.ge": 4,
+    "torchair_dist.pipeline.entry": 5,
+    "torchair_dist.pipeline.dynamo_export": 6, "torchair_dist.cache.": 6,
+    "torchair_dist.tools.docs": 6, "torchair_dist.inference": 6,
+    "torchair_dist.compat.names": 6, "torchair_dist.compat.surface": 6,
     "torchair_dist": 7,  # the package's __init__ only: the public API
 }
 
@@ -95,7 +100,7 @@ def violations(mods, levels=LEVELS, stage_fns=()):
             if _inside(module, CPU_WING) and _inside(target, "torchair_dist.backends") and \
                     not any(_inside(target, ok) for ok in CPU_MAY_READ):
                 found.append(f"the CPU wing's {module} imports device code {target}")
-    pipeline_level = levels["torchair_dist.pipeline"]
+    pipeline_level = levels["torchair_dist.pipeline.stages"]
     for where, fn in stage_fns:
         module = fn.split(":")[0]
         level = level_of(module, levels)
@@ -112,7 +117,7 @@ def violations(mods, levels=LEVELS, stage_fns=()):
 
 
 def _stage_fns():
-    from torchair_dist import pipeline
+    from torchair_dist.pipeline import stages as pipeline
 
     return [(f"stage {s.name}", s.fn) for s in pipeline.STAGES.values()] + \
         [(f"mode {r.mode}", r.backend) for r in pipeline.MODE_TABLE.values()]
@@ -168,7 +173,7 @@ def test_a_planted_cycle_is_caught(tmp_path):
                for v in found), found
 
 
-@pytest.mark.parametrize("fn", ["torchair_dist.backend:compile_with_aot",
+@pytest.mark.parametrize("fn", ["torchair_dist.pipeline.entry:compile_with_aot",
                                 "torchair_dist.cpu.shm_graph:for_runner"])
 def test_a_planted_stage_string_pointing_up_or_into_the_wing_is_caught(fn):
     found = violations(import_graph.modules(), stage_fns=[("stage planted", fn)])

@@ -6,7 +6,7 @@ import textwrap
 
 import torch
 
-from torchair_dist import backend as backend_mod
+from torchair_dist.pipeline import entry as backend_mod
 
 
 def test_log_level_from_environment_and_rank_prefix():
@@ -14,7 +14,7 @@ def test_log_level_from_environment_and_rank_prefix():
         import logging, os
         os.environ["TORCHAIR_DIST_LOG_LEVEL"] = "DEBUG"
         os.environ["RANK"] = "3"
-        from torchair_dist._logging import init_logging
+        from torchair_dist.base.log import init_logging
         log = init_logging()
         assert log.level == logging.DEBUG
         log.debug("hello")
@@ -29,7 +29,7 @@ def test_records_propagate_to_the_application_handlers_without_duplicates():
     code = textwrap.dedent("""
         import logging, os
         os.environ["TORCHAIR_DIST_LOG_LEVEL"] = "INFO"
-        from torchair_dist._logging import init_logging
+        from torchair_dist.base.log import init_logging
         log = init_logging()
         log.info("before")
         logging.basicConfig(format="APP %(name)s %(message)s", level=logging.INFO)
@@ -47,7 +47,7 @@ def test_bad_log_level_is_an_error_naming_the_variable():
         import os
         os.environ["TORCHAIR_DIST_LOG_LEVEL"] = "LOUD"
         import torchair_dist  # importing never fails on a variable
-        from torchair_dist._logging import init_logging
+        from torchair_dist.base.log import init_logging
         try:
             init_logging()
         except torchair_dist.errors.ConfigError as e:

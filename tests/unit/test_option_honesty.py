@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import torchair_dist
-from torchair_dist import pipeline
+from torchair_dist.pipeline import stages as pipeline
 from torchair_dist.configs import CompilerConfig, track_option_reads
 from torchair_dist.configs.option import (CallableOption, ChoiceOption,
                                           DictOption, IntListOption, IntRangeOption, PathOption,
@@ -188,7 +188,7 @@ def test_every_stage_function_exists_and_every_mode_row_is_complete():
 def test_the_table_runs_the_route(mode, monkeypatch):
     """The compiler calls the route and runtime stages the table lists, in its order: a stage
     removed from the mode's row is not run."""
-    from torchair_dist import compiler
+    from torchair_dist.pipeline import route as compiler
 
     cfg = CompilerConfig()
     cfg.mode = mode
@@ -226,7 +226,7 @@ def test_the_table_runs_the_route(mode, monkeypatch):
 
 
 def test_record_graphs_after_a_stage_sees_that_stage_output():
-    from torchair_dist import compiler
+    from torchair_dist.pipeline import route as compiler
 
     cfg = CompilerConfig()
     cfg.mode = "npugraph_ex"

@@ -6,7 +6,8 @@ import torch
 import torch.fx
 
 import torchair_dist
-from torchair_dist import CompilerConfig, compiler
+from torchair_dist import CompilerConfig
+from torchair_dist.pipeline import route as compiler
 from torchair_dist.errors import GraphValidationError
 from torchair_dist.passes.common import (remove_noop_ops,
                                          run_common_passes, view_to_reshape)

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 import torch
 
-from torchair_dist import patches
+from torchair_dist.pipeline import torch_patches as patches
 from torchair_dist.errors import ConfigError
 
 
@@ -36,7 +36,7 @@ def test_break_graph_ops_splits_the_graph():
     code = textwrap.dedent("""
         import os, torch
         os.environ["TORCHAIR_DIST_BREAK_GRAPH_OPS"] = "torch.nn.functional.gelu"
-        from torchair_dist.patches import patch_break_graph_ops
+        from torchair_dist.pipeline.torch_patches import patch_break_graph_ops
         patch_break_graph_ops()
         graphs = []
         def count(gm, inputs):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import torchair_dist
-from torchair_dist import compiler
+from torchair_dist.pipeline import route as compiler
 from torchair_dist.passes import pattern_fusion
 from torchair_dist.passes.graph_info import op_targets
 
@@ -158,7 +158,7 @@ def test_cpu_compile_takes_the_option_without_a_warning(mode):
     """pattern_fusion_pass gates the user's register_replacement patterns on every platform
     (as in TorchAir), so on CPU it takes effect and no warning names it; the built-in
     add + RMSNorm fusion stays NPU-only (the pipeline table's pattern_fusion row)."""
-    from torchair_dist import pipeline
+    from torchair_dist.pipeline import stages as pipeline
 
     assert pipeline.STAGES["pattern_fusion"].platform_set() == frozenset({"npu"})
     block = Block().eval()

@@ -1,5 +1,5 @@
 """Every piece of module-level state is either cleared by ``torch._dynamo.reset()`` or
-documented as process-wide, with the reason (``torchair_dist.util.PROCESS_STATE``)."""
+documented as process-wide, with the reason (``torchair_dist.base.util.PROCESS_STATE``)."""
 import collections
 import importlib
 import os
@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import import_graph  # noqa: E402
 import torchair_dist  # noqa: E402
-from torchair_dist import util  # noqa: E402
+from torchair_dist.base import util  # noqa: E402
 
 _CONTAINERS = (dict, list, set, collections.defaultdict, weakref.WeakKeyDictionary,
                weakref.WeakValueDictionary)
@@ -34,7 +34,7 @@ def _module_state():
 
 def test_every_module_level_container_is_declared():
     undeclared = sorted(set(_module_state()) - set(util.PROCESS_STATE))
-    assert not undeclared, (f"declare these in torchair_dist.util.PROCESS_STATE (cleared by "
+    assert not undeclared, (f"declare these in torchair_dist.base.util.PROCESS_STATE (cleared by "
                             f"torch._dynamo.reset() or why process-wide): {undeclared}")
 
 
@@ -55,7 +55,7 @@ def test_dynamo_reset_clears_what_it_declares():
     state = _module_state()
     cleared = [k for k, why in util.PROCESS_STATE.items() if why == util.RESET and k in state]
     assert any(len(state[k]) for k in cleared), "the compile filled none of the reset state"
-    from torchair_dist import compiler
+    from torchair_dist.pipeline import route as compiler
 
     assert next(compiler._graph_ids) > 0
     torch._dynamo.reset()

@@ -63,7 +63,7 @@ def test_index_add_into_a_fresh_buffer_becomes_in_place_and_equals_eager():
     """Through the real pipeline (npugraph_ex, CPU record stand-in): AOT functionalizes
     ``buf.index_add_`` into ``index_add(new_zeros(..))``; the pass writes the buffer in place."""
     from torchair_dist import get_npu_backend
-    from torchair_dist.compiler import record_graphs
+    from torchair_dist.pipeline.route import record_graphs
 
     for option, expect_inplace in ((None, True), (True, False)):
         torch._dynamo.reset()

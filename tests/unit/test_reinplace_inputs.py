@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import torchair_dist
-from torchair_dist import compiler
+from torchair_dist.pipeline import route as compiler
 from torchair_dist.passes.graph_info import op_targets
 
 

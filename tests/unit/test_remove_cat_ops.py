@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 
 import torchair_dist
-from torchair_dist import compiler
+from torchair_dist.pipeline import route as compiler
 from torchair_dist.passes.graph_info import op_targets
 
 pytestmark = pytest.mark.usefixtures("one_rank_group")

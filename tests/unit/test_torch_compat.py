@@ -1,4 +1,4 @@
-"""The torch version range and the list of private torch APIs (torchair_dist.torch_compat)."""
+"""The torch version range and the list of private torch APIs (torchair_dist.base.torch_support)."""
 import ast
 import os
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import torchair_dist
-from torchair_dist import torch_compat
+from torchair_dist.base import torch_support as torch_compat
 
 ROOT = os.path.dirname(torchair_dist.__file__)
 
@@ -72,11 +72,11 @@ def test_every_private_torch_api_used_is_listed():
     unlisted = {k: sorted(v) for k, v in private_uses().items()
                 if k not in torch_compat.PRIVATE_APIS}
     assert not unlisted, (f"private torch APIs used but not listed in "
-                          f"torchair_dist/torch_compat.py PRIVATE_APIS: {unlisted}")
+                          f"torchair_dist/base/torch_support.py PRIVATE_APIS: {unlisted}")
 
 
 def test_every_listed_private_api_resolves_on_this_torch():
-    from torchair_dist.util import resolve_dotted
+    from torchair_dist.base.util import resolve_dotted
 
     missing = [key for key in torch_compat.PRIVATE_APIS if resolve_dotted(key) is None]
     assert not missing, f"listed private APIs missing on this torch: {missing}"
@@ -122,7 +122,7 @@ def test_every_environment_variable_read_is_declared():
     does not list, and every listed one is named somewhere in the package."""
     import re
 
-    from torchair_dist import envvars
+    from torchair_dist.base import envvars
 
     named = set()
     for dirpath, _, files in os.walk(ROOT):
@@ -146,7 +146,7 @@ def test_import_never_fails_on_a_bad_variable():
 
 
 def test_a_bad_variable_is_an_error_naming_it():
-    from torchair_dist import envvars
+    from torchair_dist.base import envvars
     from torchair_dist.errors import ConfigError
 
     cases = {"TORCHAIR_DIST_SHM_SLOT_BYTES": lambda: envvars.env_int(

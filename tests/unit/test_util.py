@@ -1,7 +1,7 @@
-"""Ground-floor helpers (torchair_dist/util.py), shared by the packages above it."""
+"""Ground-floor helpers (torchair_dist/base/util.py), shared by the packages above it."""
 import torch
 
-from torchair_dist import util
+from torchair_dist.base import util
 from torchair_dist.passes import overlap
 
 

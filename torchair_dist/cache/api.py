@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from ..backend import get_npu_backend
+from ..pipeline.entry import get_npu_backend
 from ..backends.context import current_rank_and_world
 from ..configs import CompilerConfig
 from ..errors import CacheRejectedError, ConfigError

@@ -11,7 +11,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from ..compiler import build_runner, make_context
+from ..pipeline.route import build_runner, make_context
 from ..errors import CacheRejectedError
 from .graph_data import _dec, graph_from_data
 from .keys import _state_tensors, call_leaves

@@ -10,8 +10,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch._functorch._aot_autograd.schemas import MutationType
 
-from ..backend import _npu_backend
-from ..compiler import NpuFxCompiler
+from ..pipeline.entry import _npu_backend
+from ..pipeline.route import NpuFxCompiler
 from .graph_data import NotCacheableError, _enc, graph_to_data
 from .keys import _state_tensors, call_leaves
 

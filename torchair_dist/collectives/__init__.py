@@ -5,7 +5,7 @@ Modules (one concern each):
 * :mod:`.spec` — the ONE table of per-collective facts (op names, group/tensor/peer/tag
   arguments, in-place twin, fingerprint fields, p2p role, GE op) that everything below and the
   passes, the cache and the GE converters read;
-* :mod:`.ops` — the ``torchair_dist::`` op library (list all_gather, all_to_all_v, send, recv):
+* :mod:`.collective_ops` — the ``torchair_dist::`` op library (list all_gather, all_to_all_v, send, recv):
   schemas, fake kernels, eager kernels on any c10d backend;
 * :mod:`.remap` — the ONE table of Dynamo polyfills for ``torch.distributed`` APIs, installed at
   ``import torchair_dist``;

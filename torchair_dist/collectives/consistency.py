@@ -41,8 +41,8 @@ import torch
 import torch.distributed as dist
 
 from ..errors import CollectiveFaultError, CollectiveMismatchError, TorchairDistError
-from ..graph_context import GraphContext
-from ..util import op_name, source_line
+from ..pipeline.graph_context import GraphContext
+from ..base.util import op_name, source_line
 from . import failures, groups, spec
 from . import waits as _waits
 

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import groups
-from .ops import op
+from .collective_ops import op
 
 
 def _same_numel(a: torch.Tensor, b: torch.Tensor) -> bool:

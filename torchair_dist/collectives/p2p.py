@@ -1,7 +1,7 @@
 """send/recv preprocessing of the Dynamo graph (before AOT).
 
 The remap (:mod:`.remap`) captures every point-to-point call as ``torchair_dist.send`` /
-``torchair_dist.recv`` (see :mod:`.ops`). By construction:
+``torchair_dist.recv`` (see :mod:`.collective_ops`). By construction:
 
 * **program order** — they are side-effectful ops, emitted in program order; FX node order is
   that order, and nothing drops them (``has_side_effect``);
@@ -28,7 +28,7 @@ from typing import Dict, Tuple
 import torch
 
 from ..errors import CollectiveCaptureError
-from ..util import current_rank_and_world, op_name
+from ..base.util import current_rank_and_world, op_name
 from . import spec
 
 log = logging.getLogger("torchair_dist")

@@ -36,7 +36,7 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as fc
 from torch.distributed import distributed_c10d as c10d
 
-from . import ops  # noqa: F401  (defines torch.ops.torchair_dist.*)
+from . import collective_ops as ops  # noqa: F401  (defines torch.ops.torchair_dist.*)
 from .groups import stable_group_name
 
 _fn = torch.ops._c10d_functional

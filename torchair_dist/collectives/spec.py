@@ -4,7 +4,7 @@ Every consumer reads it instead of keeping its own list:
 
 * the cross-rank check (:mod:`.consistency`): which ops its fingerprint records, under what name,
   from which argument (dtype/shape), with which extra fields (reduce op, root, peer, tag);
-* the ``torchair_dist::`` op library (:mod:`.ops`): the schemas it defines and which ops are
+* the ``torchair_dist::`` op library (:mod:`.collective_ops`): the schemas it defines and which ops are
   side-effectful;
 * send/recv preprocessing (:mod:`.p2p`): the p2p ops, their role, peer and tag arguments;
 * the overlap scheduler and the deadlock check (``passes.overlap``): the communication
@@ -25,9 +25,9 @@ from typing import Any, Dict, FrozenSet, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from ..util import op_name
+from ..base.util import op_name
 
-NAMESPACE = "torchair_dist"           # the namespace of our own op library (:mod:`.ops`)
+NAMESPACE = "torchair_dist"           # the namespace of our own op library (:mod:`.collective_ops`)
 WAIT_OPS: FrozenSet[str] = frozenset({"_c10d_functional::wait_tensor"})
 # op names that finish a collective in any communication namespace (the overlap pass's waits)
 WAIT_NAMES: FrozenSet[str] = frozenset({"wait_tensor", "wait"})
@@ -50,7 +50,7 @@ class CollectiveSpec:
     rewrites the op to it. ``p2p``: ``send``/``recv``/``batch``; ``peer_arg``/``tag_arg``: the
     global peer rank and the tag. ``ge_ops``: the GE ops the converter emits for it (besides
     helpers such as Reshape/Const). ``schema``/``side_effect``: for ``torchair_dist::`` ops, the
-    schema :mod:`.ops` defines and whether the op is never dead-code eliminated.
+    schema :mod:`.collective_ops` defines and whether the op is never dead-code eliminated.
     """
 
     op: str
@@ -79,7 +79,7 @@ class CollectiveSpec:
         return self.op.split("::")[1]
 
     def overload(self) -> torch._ops.OpOverload:
-        """The op's ``.default`` overload (``torchair_dist::`` ops need :mod:`.ops` imported)."""
+        """The op's ``.default`` overload (``torchair_dist::`` ops need :mod:`.collective_ops` imported)."""
         return getattr(getattr(torch.ops, self.namespace), self.name).default
 
     def fingerprint_fields(self, args) -> Dict[str, Any]:
@@ -122,7 +122,7 @@ SPECS: Dict[str, CollectiveSpec] = {s.op: s for s in (
     CollectiveSpec(_FA + "all_gather_into_tensor", None, 0, 2),
     CollectiveSpec(_FA + "reduce_scatter_tensor", None, 0, 3),
     CollectiveSpec(_FA + "all_to_all_single", None, 0, 3),
-    # this library's ops (:mod:`.ops` defines them from ``schema``)
+    # this library's ops (:mod:`.collective_ops` defines them from ``schema``)
     CollectiveSpec(_TD + "all_gather", "all_gather_list", 1, 2, rank_varying_dim0=True,
                    ge_ops=("HcomAllGather", "HcomBroadcast"),
                    schema="all_gather(Tensor[] output_like, Tensor input, str group_name) "

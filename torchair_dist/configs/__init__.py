@@ -1,7 +1,7 @@
 """Configuration: option value types, CompilerConfig and its sections.
 
 Which options take effect where is not kept here: it is derived from the declared pipeline
-(``torchair_dist.pipeline``), whose stages say what they read.
+(``torchair_dist.pipeline.stages``), whose stages say what they read.
 """
 from .compiler_config import ACL_MODES, MODES, CompilerConfig
 from .compile_options import COMPILE_OPTIONS, apply_compile_options

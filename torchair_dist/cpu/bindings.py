@@ -13,7 +13,7 @@ Arguments are compared as a dispatch mode sees them: tensors by identity, anythi
 type and value (a Python number for a ``Tensor`` argument shows as the number on both paths).
 
 Bindings run ``TorchFunctionMode`` objects and ``_op`` does not: probes and replays run with none on
-the stack (:func:`torchair_dist.util.without_function_modes`).
+the stack (:func:`torchair_dist.base.util.without_function_modes`).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Callable, Optional, Tuple
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..util import without_function_modes
+from ..base.util import without_function_modes
 
 # Where torch's generated bindings live, searched in this order; then Tensor methods.
 _MODULES = ("_VariableFunctions", "_nn", "_linalg", "_special", "_fft")

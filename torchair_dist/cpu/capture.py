@@ -14,7 +14,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
-from ..envvars import env_choice
+from ..base.envvars import env_choice
 from ..platform.interfaces import CaptureFactory, CaptureGraph
 
 log = logging.getLogger("torchair_dist")

@@ -38,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..platform.interfaces import CaptureGraph, CaptureSkipped, Uncapturable
 from ..streams.rewrite import where
-from ..util import without_function_modes
+from ..base.util import without_function_modes
 from .bindings import fast_call as _fast_call
 
 

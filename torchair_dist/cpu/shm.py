@@ -65,8 +65,8 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as _c10d
 
 from ..collectives import failures, groups, spec
-from ..collectives import ops as _ops
-from ..envvars import env_int, env_seconds
+from ..collectives import collective_ops as _ops
+from ..base.envvars import env_int, env_seconds
 from ..errors import CollectiveFaultError, CollectiveMismatchError, PeerFailedError
 
 log = logging.getLogger("torchair_dist")

@@ -18,8 +18,8 @@ import logging
 import torch
 
 from ..collectives import spec
-from ..collectives.ops import a2a_output_shape
-from ..util import op_name
+from ..collectives.collective_ops import a2a_output_shape
+from ..base.util import op_name
 from . import shm
 from .shm import DTYPES, REDUCE_OPS
 

@@ -19,7 +19,7 @@ from typing import Dict, List, Tuple
 import torch
 import torch.fx
 
-from ..util import source_line
+from ..base.util import source_line
 from .overlap import COMM_NAMESPACES, WAIT, _namespace_and_name, node_kind
 
 Clock = Dict[str, int]

@@ -35,7 +35,7 @@ import torch
 import torch.fx
 
 from ..collectives import spec
-from ..util import namespace_and_name
+from ..base.util import namespace_and_name
 
 log = logging.getLogger("torchair_dist")
 

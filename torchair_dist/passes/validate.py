@@ -7,7 +7,7 @@ import torch
 import torch.fx
 
 from ..errors import GraphValidationError
-from ..util import source_line
+from ..base.util import source_line
 
 _PY_OK = {operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv,
           operator.truediv, operator.mod, operator.neg, operator.eq, operator.ne, operator.lt,

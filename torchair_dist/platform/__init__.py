@@ -68,7 +68,7 @@ def npu_status() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _probe_npu() -> bool:
-    from ..envvars import env_flag
+    from ..base.envvars import env_flag
 
     if env_flag("TORCHAIR_DIST_DISABLE_NPU"):
         _NPU_STATUS["reason"] = "NPU disabled by TORCHAIR_DIST_DISABLE_NPU=1"
@@ -112,7 +112,7 @@ def current() -> Platform:
 
     ``TORCHAIR_DIST_PLATFORM=npu|cuda|cpu`` forces one (e.g. CPU on a GPU host).
     """
-    from ..envvars import env_choice
+    from ..base.envvars import env_choice
 
     forced = env_choice("TORCHAIR_DIST_PLATFORM", sorted(_BY_NAME))
     if forced:

@@ -1,7 +1,7 @@
 """User-facing stream/event APIs, device-agnostic, traceable with ``fullgraph=True``.
 
 They mirror TorchAir's (``torchair.scope.npu_stream_switch``, ``torchair.ops.npu_wait_tensor``,
-the tagged events) and emit the ``torchair_dist_streams`` ops of :mod:`.ops`, which survive
+the tagged events) and emit the ``torchair_dist_streams`` ops of :mod:`.stream_ops`, which survive
 tracing, functionalization and dead-code elimination. Eagerly on CPU they only keep program
 order (CPU has no streams); with a device they switch real streams (see :mod:`.runtime`).
 
@@ -24,7 +24,7 @@ from typing import Dict, Optional, Union
 import torch
 
 from ..errors import StreamApiError
-from .ops import ops
+from .stream_ops import ops
 
 
 def _check_tag(tag, what: str) -> str:

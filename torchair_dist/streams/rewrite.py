@@ -4,7 +4,7 @@ Torch 2.13 traces the device-agnostic ``torch.Stream`` / ``torch.Event`` into
 ``torch.ops.streams.*`` ops whose integer arguments index a per-frame object registry (the
 ``get_external_object_by_index(i)`` nodes carry the objects), and ``with stream:`` blocks into a
 ``node.meta['custom']['stream']`` annotation only. This pass turns all of it into the tagged
-``torchair_dist_streams`` ops (:mod:`.ops`), which AOT, functionalization and DCE keep in order:
+``torchair_dist_streams`` ops (:mod:`.stream_ops`), which AOT, functionalization and DCE keep in order:
 
 * each stream/event object gets a stable per-graph tag, ``g<N>_stream<k>`` / ``g<N>_event<k>``
   in order of first appearance (``N`` counts the graphs this process rewrote, so ranks that
@@ -37,7 +37,7 @@ import torch.fx
 
 from ..errors import GraphValidationError
 from . import runtime
-from .ops import NAMESPACE, ops
+from .stream_ops import NAMESPACE, ops
 
 log = logging.getLogger("torchair_dist")
 

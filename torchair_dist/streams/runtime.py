@@ -123,7 +123,7 @@ def _stack() -> List[object]:
     return _local.stack
 
 
-# -- kernels (signatures follow the schemas in ops.py) ------------------------------------------
+# -- kernels (signatures follow the schemas in stream_ops.py) ------------------------------------------
 def stream_enter(tag: str, priority: int) -> None:
     plat = _device_platform()
     if plat is None:

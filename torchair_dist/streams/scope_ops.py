@@ -8,7 +8,7 @@ A TorchAir pass marks a region of the AOT graph by inserting
 
 * a scope whose keys hold ``_user_stream_label`` (what ``npu_stream_switch`` writes, with
   ``_user_stream_priority``) becomes ``stream_enter(label, priority)`` / ``stream_exit(label)``
-  of :mod:`.ops`, and the graph forks the side streams after its inputs and joins them before
+  of :mod:`.stream_ops`, and the graph forks the side streams after its inputs and joins them before
   its output, as :func:`.rewrite.rewrite_streams` does;
 * any other key/value pair goes to ``node.meta["custom"]`` of every op inside the scope (where
   ``torchair_dist.scope``'s annotations put them), and the scope ops are removed.
@@ -24,7 +24,7 @@ import torch
 from torch.fx import has_side_effect
 
 from ..errors import GraphValidationError
-from .ops import ops
+from .stream_ops import ops
 from .rewrite import add_fork_join, where
 
 NAMESPACES = ("air", "npugraph_ex")

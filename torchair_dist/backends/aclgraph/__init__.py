@@ -1,6 +1,6 @@
 """ACL-graph backend (modes ``npugraph_ex`` and ``reduce-overhead``).
 
-``BACKEND`` (a :class:`~torchair_dist.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
+``BACKEND`` (a :class:`~torchair_dist.pipeline.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
 names for both modes: with ``experimental_config.inductor_kernels`` (and a device that allows
 it) inductor generates the forward (:mod:`.inductor_kernels`), else ``compile_graph(ctx)``
 generates a runner from the FX graph. With a device graph class

@@ -9,7 +9,7 @@ import logging
 import torch
 
 from ... import platform as _platform
-from ...debug import dump_fx_graph
+from ...tools.dumps import dump_fx_graph
 from ...platform import stand_ins
 from ...platform.interfaces import CaptureFactory
 from ..context import GraphContext

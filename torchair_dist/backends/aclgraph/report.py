@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List
 
-from ...util import on_dynamo_reset
+from ...base.util import on_dynamo_reset
 
 log = logging.getLogger("torchair_dist")
 

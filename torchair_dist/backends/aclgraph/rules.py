@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from ...platform.interfaces import CaptureSkipped, Uncapturable  # noqa: F401  (the runner's)
-from ...streams.ops import NAMESPACE as STREAMS_NS
+from ...streams.stream_ops import NAMESPACE as STREAMS_NS
 from ...streams.rewrite import where
 
 _COPY_OPS = ("aten._to_copy.default", "aten.copy_.default", "aten.copy.default",

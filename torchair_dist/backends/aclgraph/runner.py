@@ -102,7 +102,7 @@ class AclGraphRunner:
 
     def direct_call(self, first: Callable) -> Callable:
         """``forward(*args)`` for Dynamo, in place of AOT's forward ``first`` when AOT's runtime
-        wrapper has nothing to do (:mod:`torchair_dist.aot_direct`): the first call goes
+        wrapper has nothing to do (:mod:`torchair_dist.pipeline.aot`): the first call goes
         through ``first``; later ones replay in one generated frame where they can, else run
         this runner with grad mode off, as AOT's wrapper would."""
         self._first_direct = first

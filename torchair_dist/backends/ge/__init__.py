@@ -1,6 +1,6 @@
 """The GE backend (``max-autotune``): FX (AOT aten) graph -> GE IR -> a GE runtime.
 
-``BACKEND`` (a :class:`~torchair_dist.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
+``BACKEND`` (a :class:`~torchair_dist.pipeline.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
 names; its ``compile`` is ``compile_graph(ctx)``, and a cache entry is loaded by converting the
 rebuilt graph again. ``compile_graph(ctx)`` converts the graph with the converter registry (:mod:`.converters`),
 serializes the ``ModelDef``, optionally dumps/exports it, loads the bytes into a runtime
@@ -24,8 +24,8 @@ from typing import Any, List
 
 import torch
 
-from ...envvars import env_flag
-from ...util import input_device
+from ...base.envvars import env_flag
+from ...base.util import input_device
 from ..context import Backend, GraphContext, boxed
 from .fx2ge import ConvertedGraph, convert_graph
 

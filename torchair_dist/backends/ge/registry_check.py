@@ -77,7 +77,7 @@ def _using_subset() -> bool:
 
 
 def default_registry_path(allow_subset: bool = True) -> Path:
-    from ...envvars import raw
+    from ...base.envvars import raw
 
     env = raw(ENV_REGISTRY)
     if env:  # a missing file is a GeRegistryError naming the variable when it is loaded

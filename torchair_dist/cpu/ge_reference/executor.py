@@ -31,9 +31,9 @@ import torch
 
 from ...backends.ge.dtypes import torch_dtype
 from ...backends.ge.proto import ModelDef
-from ...envvars import env_flag
+from ...base.envvars import env_flag
 from ...platform.interfaces import GeRuntime
-from ...util import without_function_modes
+from ...base.util import without_function_modes
 from . import kernels_conv, kernels_core, kernels_dynamic, kernels_fft, kernels_hcom, kernels_shape  # noqa: F401  (fill KERNELS)
 from .kernels import ASYNC, KERNELS, WRITES_INPUT
 from .opspec import GeRuntimeError, decode_tensor, op_spec

@@ -1,4 +1,4 @@
-"""Converters: the ``torchair_dist::`` collective ops (:mod:`torchair_dist.collectives.ops`).
+"""Converters: the ``torchair_dist::`` collective ops (:mod:`torchair_dist.collectives.collective_ops`).
 
 - ``all_gather`` (list form): equal sizes -> ``HcomAllGather`` + ``SplitV`` + ``Reshape``;
   unequal sizes -> one ``HcomBroadcast`` per group rank.
@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from ....collectives import ops as dist_ops  # noqa: F401  (defines torch.ops.torchair_dist)
+from ....collectives import collective_ops as dist_ops  # noqa: F401  (defines torch.ops.torchair_dist)
 from ....collectives.groups import ge_group_attr, parse_group_name, stable_name_of
 from ....errors import UnsupportedOpError
 from .collectives import register_collective

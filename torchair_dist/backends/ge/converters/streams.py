@@ -1,4 +1,4 @@
-"""Converters: the ``torchair_dist_streams`` ops (:mod:`torchair_dist.streams.ops`) -> GE
+"""Converters: the ``torchair_dist_streams`` ops (:mod:`torchair_dist.streams.stream_ops`) -> GE
 stream attributes and control edges, as TorchAir's ``npu_stream_switch`` lowers to GE.
 
 Each stream tag is a :class:`~..builder.Lane` of the builder (``""`` = the main stream):
@@ -24,7 +24,7 @@ from typing import Dict, List, Optional
 import torch
 
 from ....errors import UnsupportedOpError
-from ....streams import ops as _stream_ops  # noqa: F401  (defines torch.ops.torchair_dist_streams)
+from ....streams import stream_ops as _stream_ops  # noqa: F401  (defines torch.ops.torchair_dist_streams)
 from ..builder import Lane
 from .registry import register
 

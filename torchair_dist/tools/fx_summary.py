@@ -17,7 +17,7 @@ from typing import Any, Dict, List
 import torch
 import torch.fx
 
-from .debug import dump_file_name
+from .dumps import dump_file_name
 
 log = logging.getLogger("torchair_dist")
 
@@ -36,7 +36,7 @@ def _describe(value: Any) -> str:
 
 def summarize(gm: torch.fx.GraphModule) -> List[Dict[str, str]]:
     """One row per distinct call target, in first-use order."""
-    from .backends.ge.converters import lookup
+    from ..backends.ge.converters import lookup
 
     rows: Dict[str, Dict[str, Any]] = collections.OrderedDict()
     for node in gm.graph.nodes:
@@ -74,7 +74,7 @@ def summary_stage(ctx):
     write_summary(ctx.gm, ctx.graph_name, ctx.rank)
     cfg = ctx.config
     if cfg.get("debug.fx_summary.skip_compile") and cfg.get("debug.data_dump.type") is None:
-        from .graph_context import eager_runner
+        from ..pipeline.graph_context import eager_runner
 
         return eager_runner(ctx.gm)
     return ctx

@@ -29,9 +29,9 @@ import dataclasses
 import warnings
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
-from .backends.ge.runtime import cann_options as _cann
-from .configs import CompilerConfig
-from .errors import UnsupportedModeError
+from ..backends.ge.runtime import cann_options as _cann
+from ..configs import CompilerConfig
+from ..errors import UnsupportedModeError
 
 ALL_PLATFORMS: FrozenSet[str] = frozenset({"npu", "cuda", "cpu"})
 DEVICES: FrozenSet[str] = frozenset({"npu", "cuda"})
@@ -88,7 +88,7 @@ class Stage:
 def _capture_platforms() -> FrozenSet[str]:
     """Device graphs capture on NPU and CUDA; on CPU the recording stand-in captures (the
     default) unless ``TORCHAIR_DIST_CPU_CAPTURE=off``."""
-    from .platform import stand_ins
+    from ..platform import stand_ins
 
     if stand_ins.capture_mode() == "off":
         return DEVICES
@@ -110,7 +110,7 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "tag matching send/recv pairs and make receive buffers real dependencies"),
     Stage("streams", "torchair_dist.streams.rewrite:rewrite_streams", "dynamo-pass",
           "torch.Stream/Event calls become tagged stream ops that survive tracing"),
-    Stage("aot", "torchair_dist.aot_direct:compile_with_aot", "aot",
+    Stage("aot", "torchair_dist.pipeline.aot:compile_with_aot", "aot",
           "AOT autograd: functional graph, decompositions (default -> user -> patches); "
           "an inference graph its runtime wrapper has nothing to do for is called without "
           "that wrapper after the first call",
@@ -127,7 +127,7 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("pattern_fusion", "torchair_dist.passes.pattern_fusion:pattern_fusion", "aot-pass",
           "residual add + RMSNorm (LlamaRMSNorm's AOT ops) -> torch_npu.npu_add_rms_norm",
           gate="experimental_config.pattern_fusion_pass", platforms=NPU),
-    Stage("user_patterns", "torchair_dist.patterns:apply_user_patterns", "aot-pass",
+    Stage("user_patterns", "torchair_dist.pipeline.user_patterns:apply_user_patterns", "aot-pass",
           "patterns registered with register_replacement (TorchAir's API) are replaced",
           gate="experimental_config.pattern_fusion_pass"),
     Stage("scope_attrs", "torchair_dist.scope:report_scope_attrs", "aot-pass",
@@ -172,17 +172,17 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           runs_when=lambda v: v in ("BFS", "RDFS")),
     Stage("validate", "torchair_dist.passes.validate:validate_pass", "aot-pass",
           "the graph holds only ops the backends accept"),
-    Stage("fx_summary", "torchair_dist.fx_summary:summary_stage", "route",
+    Stage("fx_summary", "torchair_dist.tools.fx_summary:summary_stage", "route",
           "write a csv of the graph's ops and their GE support; with skip_compile, run eagerly",
           gate="debug.fx_summary.type", runs_when=_is_set,
           reads=("debug.fx_summary.skip_compile",)),
-    Stage("data_dump", "torchair_dist.debug:data_dump_stage", "route",
+    Stage("data_dump", "torchair_dist.tools.dumps:data_dump_stage", "route",
           "instead of the backend: run node by node and save every node's outputs; of the "
           "graph before the passes with data_dump_stage='original'",
           gate="debug.data_dump.type", runs_when=_is_set,
           reads=("debug.data_dump.filter", "debug.data_dump.path",
                  "dump_config.data_dump_stage")),
-    Stage("run_eagerly", "torchair_dist.compiler:eager_stage", "route",
+    Stage("run_eagerly", "torchair_dist.pipeline.route:eager_stage", "route",
           "instead of the backend: run the FX graph eagerly", gate="debug.run_eagerly"),
     Stage("ge_convert", "torchair_dist.backends.ge:compile_graph", "backend",
           "FX -> GE IR graph, validated against the operator registry; with enable_ref_data "
@@ -212,12 +212,12 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "entry keep the original collectives; ACL: the runner's copy of the graph is "
           "rewritten, GE: the reference executor's Hcom kernels)",
           gate="distributed_config.cpu_shm_collectives", platforms=frozenset({"cpu"})),
-    Stage("compile", "torchair_dist.compiler:backend_stage", "route",
+    Stage("compile", "torchair_dist.pipeline.route:backend_stage", "route",
           "the mode's backend compiles the graph (its steps follow), or loads it from a "
           "compile-cache entry"),
     Stage("acl_codegen", "torchair_dist.backends.aclgraph.codegen:generate_forward", "backend",
           "a generated straight-line runner of the FX graph", dumped=True),
-    Stage("acl_dump", "torchair_dist.debug:dump_fx_graph", "backend",
+    Stage("acl_dump", "torchair_dist.tools.dumps:dump_fx_graph", "backend",
           "write the FX graph and the generated runner as py/txt",
           gate="debug.graph_dump.type", runs_when=_is_set, reads=("debug.graph_dump.path",)),
     Stage("inductor_kernels", "torchair_dist.backends.aclgraph.inductor_kernels:compile_graph",
@@ -289,7 +289,7 @@ def stages_of(mode: str) -> List[Stage]:
 
 
 def current_platform() -> str:
-    from . import platform as _platform
+    from .. import platform as _platform
     return _platform.current().name
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-_LIBRARY_DIRS = (os.path.dirname(os.path.abspath(__file__)) + os.sep,
+_LIBRARY_DIRS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
                  os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
 
 
@@ -105,7 +105,7 @@ PROCESS_STATE = {
     "torchair_dist.backends.aclgraph.report:_counts": RESET,
     "torchair_dist.backends.aclgraph.report:_reasons": RESET,
     "torchair_dist.backends.aclgraph.report:_cells": RESET,
-    "torchair_dist.compiler:_graph_ids": RESET,
+    "torchair_dist.pipeline.route:_graph_ids": RESET,
     "torchair_dist.backends.aclgraph.capture:_CAPTURE_STREAMS":
         "one capture stream per device, as torch's own graph capture keeps one",
     "torchair_dist.collectives.consistency:_check_counts":
@@ -123,13 +123,13 @@ PROCESS_STATE = {
     "torchair_dist.collectives.remap:_warned_outside": "warn once per process",
     "torchair_dist.collectives.remap:_installed":
         "the torch.distributed functions replaced at import (remap.install())",
-    "torchair_dist.compiler:_observers": "the open record_graphs() blocks (context-managed)",
+    "torchair_dist.pipeline.route:_observers": "the open record_graphs() blocks (context-managed)",
     "torchair_dist.cpu.shm:_channels":
         "shared-memory channels belong to process groups, not to compiled graphs "
         "(shm.reset() after destroying the groups)",
     "torchair_dist.cpu.shm:_by_group": "as cpu.shm:_channels",
-    "torchair_dist.patches:_applied": "platform patches applied once per process",
-    "torchair_dist.pipeline:_resolved": "stage functions already imported (a memo)",
+    "torchair_dist.pipeline.torch_patches:_applied": "platform patches applied once per process",
+    "torchair_dist.pipeline.stages:_resolved": "stage functions already imported (a memo)",
     "torchair_dist.streams.api:_tagged_events":
         "tagged events the user created by tag: they live as long as the process, as "
         "TorchAir's do",
@@ -137,7 +137,7 @@ PROCESS_STATE = {
     "torchair_dist.streams.runtime:_events": "the user's tagged events (as streams.api)",
     "torchair_dist.streams.runtime:_bound": "tags bound to user stream objects",
     "torchair_dist.streams.runtime:_bound_tags": "as streams.runtime:_bound",
-    "torchair_dist.util:_resetters": "the functions torch._dynamo.reset() calls",
+    "torchair_dist.base.util:_resetters": "the functions torch._dynamo.reset() calls",
     "torchair_dist.passes.common:_warned_graph_only": "warn once per process",
     "torchair_dist.scope:_warned": "warn once per process",
     "torchair_dist.streams.scope_ops:_libs": "the torch.library fragments defining TorchAir's "

@@ -13,9 +13,9 @@ from typing import Any, Optional
 
 import torch
 
-from .backend import get_npu_backend
-from .configs import CompilerConfig
-from .errors import ConfigError, ConfigTypeError
+from .entry import get_npu_backend
+from ..configs import CompilerConfig
+from ..errors import ConfigError, ConfigTypeError
 
 
 def dynamo_export(*args: Any, model: torch.nn.Module, export_path: str = "export_file",

@@ -9,7 +9,7 @@ from typing import Any, Callable, List, Optional
 import torch
 import torch.fx
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 log = logging.getLogger("torchair_dist")
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Mapping
 
-from .collectives.decompositions import default_decompositions
-from .errors import ConfigTypeError
-from .patches import decomposition_patches
+from ..collectives.decompositions import default_decompositions
+from ..errors import ConfigTypeError
+from .torch_patches import decomposition_patches
 
 
 def merge_decompositions(custom: Mapping) -> Dict:

@@ -16,10 +16,10 @@ from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
-from ._logging import LOGGER_NAME
-from .compiler import get_compiler
-from .configs import CompilerConfig, apply_compile_options
-from .patterns import register_replacement
+from ..base.log import LOGGER_NAME
+from ..pipeline.route import get_compiler
+from ..configs import CompilerConfig, apply_compile_options
+from ..pipeline.user_patterns import register_replacement
 
 logger = logging.getLogger(LOGGER_NAME)
 

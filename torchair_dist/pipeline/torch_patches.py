@@ -46,8 +46,8 @@ def patch_break_graph_ops() -> None:
 
 def resolve_qualname(qualname: str):
     """``"torch.nn.functional.gelu"`` -> the object; a clear error when it does not exist."""
-    from .errors import ConfigError
-    from .util import resolve_dotted
+    from ..errors import ConfigError
+    from ..base.util import resolve_dotted
 
     obj = resolve_dotted(qualname) if "." in qualname else None
     if obj is not None:

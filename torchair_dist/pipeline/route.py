@@ -11,17 +11,17 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import pipeline
-from .configs import CompilerConfig
-from .debug import dumps_original_graph
+from . import stages as pipeline
+from ..configs import CompilerConfig
+from ..tools.dumps import dumps_original_graph
 from .graph_context import Backend, GraphContext, current_rank_and_world, eager_runner
-from .errors import BackendUnavailableError
-from .passes.graph_info import mutated_input_indices
-from .util import on_dynamo_reset
+from ..errors import BackendUnavailableError
+from ..passes.graph_info import mutated_input_indices
+from ..base.util import on_dynamo_reset
 
 log = logging.getLogger("torchair_dist")
 
-# Views of the declared pipeline (torchair_dist.pipeline), kept for callers of this module.
+# Views of the declared pipeline (torchair_dist.pipeline.stages), kept for callers of this module.
 MODE_BACKENDS: Dict[str, str] = {mode: row.backend for mode, row in pipeline.MODE_TABLE.items()}
 
 _graph_ids = itertools.count()
@@ -69,7 +69,7 @@ def _observe_stage(name: str, gm: torch.fx.GraphModule) -> None:
 
 
 def backend_for_mode(mode: str) -> Backend:
-    """The :class:`~torchair_dist.graph_context.Backend` object that serves ``mode`` (its
+    """The :class:`~torchair_dist.pipeline.graph_context.Backend` object that serves ``mode`` (its
     ``pipeline.MODE_TABLE`` row names it)."""
     row = pipeline.mode_row(mode)
     module_name, attr = row.backend.split(":")

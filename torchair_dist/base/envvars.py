@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional, Sequence
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 # name -> (accepted values, what it does)
 VARIABLES: Dict[str, tuple] = {

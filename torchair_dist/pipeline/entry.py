@@ -7,15 +7,16 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 
-from . import pipeline, platform
-from .aot_direct import compile_with_aot
-from ._logging import init_logging
-from .compiler import NpuFxCompiler, get_compiler
-from .configs import MODES, CompilerConfig, apply_compile_options
-from .decompositions import merge_decompositions
-from .errors import ConfigError, ConfigTypeError
-from .patches import apply_platform_patches
-from .util import reset_process_state
+from . import stages as pipeline
+from .. import platform
+from .aot import compile_with_aot
+from ..base.log import init_logging
+from .route import NpuFxCompiler, get_compiler
+from ..configs import MODES, CompilerConfig, apply_compile_options
+from .decomposition_table import merge_decompositions
+from ..errors import ConfigError, ConfigTypeError
+from .torch_patches import apply_platform_patches
+from ..base.util import reset_process_state
 
 log = logging.getLogger("torchair_dist")
 

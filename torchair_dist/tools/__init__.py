@@ -1,0 +1,1 @@
+"""Debugging and documentation tools: dump files, the fx summary, the README's generated sections."""
