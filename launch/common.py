@@ -35,7 +35,7 @@ def init_distributed(timeout_s: int = 120):
     plat = platform.current()
     local_rank = int(os.environ["LOCAL_RANK"])
     plat.set_device(local_rank)
-    if plat.name == "cpu":
+    if plat.runs_on_host:
         torch.set_num_threads(max(1, (os.cpu_count() or 1)
                                   // int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))))
     dist.init_process_group(plat.dist_backend, timeout=datetime.timedelta(seconds=timeout_s))

@@ -118,10 +118,9 @@ def _npu_only(name: str):
     def op(*args, **kwargs):
         from . import platform
 
-        if platform.current().name == "npu":
-            import torch_npu
-
-            return getattr(torch_npu, name)(*args, **kwargs)
+        kernel = platform.current().vendor_function(name)
+        if kernel is not None:
+            return kernel(*args, **kwargs)
         raise UnsupportedOpError(f"torchair_dist.ops.{name} is a torch_npu kernel; it runs only "
                                  f"on Ascend (platform here: {platform.current().name}); use "
                                  f"torch.nn.functional.scaled_dot_product_attention elsewhere")

@@ -99,7 +99,7 @@ def report_scope_attrs(gm: torch.fx.GraphModule, example_inputs, config):
     mode on Ascend hands them to CANN: no warning there."""
     from . import platform
 
-    if config.get("mode") == "max-autotune" and platform.current().name == "npu":
+    if config.get("mode") == "max-autotune" and platform.current().runs_ge_natively:
         return gm
     for scope in scope_attrs(gm):
         if scope not in _warned:

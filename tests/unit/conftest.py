@@ -49,3 +49,25 @@ def runners(monkeypatch):
 
     monkeypatch.setattr(runner_mod.AclGraphRunner, "__init__", spy)
     return made
+
+
+@pytest.fixture
+def run_stage(monkeypatch):
+    """``run_stage(name, cfg, value, *args)``: the pipeline's runner on a row holding only
+    stage ``name`` (of ``cfg``'s mode): the stage runs exactly when the table's rule (gate,
+    platforms) says so, as in a compile. Passes check no switch of their own, so a pass called
+    directly always runs; a test of a switch goes through here."""
+    from torchair_dist.pipeline import stages
+
+    def run(name, cfg, value, *args):
+        mode = cfg.peek("mode")
+        row = stages.MODE_TABLE[mode]
+        assert name in row.stages, f"{name} is not a stage of {mode}"
+        monkeypatch.setitem(stages.MODE_TABLE, mode, stages.ModeRow(
+            row.mode, row.backend, (name,), row.cache_format, row.doc))
+        try:
+            return stages.run_stages(cfg, stages.STAGES[name].level, value, *args)
+        finally:
+            monkeypatch.setitem(stages.MODE_TABLE, mode, row)
+
+    return run

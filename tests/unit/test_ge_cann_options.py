@@ -4,7 +4,6 @@ A test double stands in for TorchAir's executor binding (``torchair.core._backen
 what ``initialize_graph_engine`` and ``TorchNpuGraph.load`` receive and runs the graph on the
 reference executor, so the compiled result is still checked against eager.
 """
-import types
 import warnings
 
 import pytest
@@ -47,7 +46,8 @@ class FakeGeBinding:
 def fake_npu(monkeypatch):
     binding = FakeGeBinding()
     monkeypatch.setattr(cann, "_require_cann", lambda: binding)
-    monkeypatch.setattr(td_platform, "current", lambda: types.SimpleNamespace(name="npu"))
+    npu = td_platform.NpuPlatform("npu", "npu", "hccl", None, None, None)
+    monkeypatch.setattr(td_platform, "current", lambda: npu)
     return binding
 
 

@@ -8,7 +8,7 @@ from torch._inductor import metrics
 
 import torchair_dist
 from torchair_dist.backends.context import GraphContext
-from torchair_dist.backends.aclgraph.inductor_kernels import enabled_for
+from torchair_dist.backends.aclgraph.compile import device_allows_inductor
 from torchair_dist.pipeline.stages import check_config_support
 
 ATOL = 1e-5
@@ -54,12 +54,10 @@ def test_inductor_kernels_ignored_with_a_warning_off_cpu_and_cuda():
                        static_input_indices=[], mutated_input_indices=[], graph_name="g")
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        assert not enabled_for(ctx)
+        assert not device_allows_inductor(ctx)
     assert any("inductor_kernels is ignored on 'meta'" in str(w.message) for w in seen)
     ctx.example_inputs = [torch.empty(2)]
-    assert enabled_for(ctx)
-    ctx.config = _config(on=False)
-    assert not enabled_for(ctx)
+    assert device_allows_inductor(ctx)
 
 
 class _Net(torch.nn.Module):

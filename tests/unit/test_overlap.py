@@ -183,11 +183,12 @@ def test_nothing_crosses_side_effect():
     torch.testing.assert_close(args[2], args2[2])
 
 
-def test_switch_off_leaves_graph_alone():
+def test_switch_off_leaves_graph_alone(run_stage):
     gm = _two_branch_graph()
     order = _order(gm)
-    after = overlap.schedule_overlap(gm, [], _config(on=False))
+    after = run_stage("overlap", _config(on=False), gm, [], _config(on=False))
     assert _order(after) == order
+    assert _order(run_stage("overlap", _config(), gm, [], _config())) != order
 
 
 def test_graph_without_collectives_untouched():

@@ -40,7 +40,11 @@ FUSED = str(STAND_IN)
 
 @pytest.fixture
 def on_npu(monkeypatch):
-    """The pass sees the NPU platform's fused op (the stand-in)."""
+    """The pipeline runs on the NPU platform (the stage table's platform key) and the pass
+    sees its fused op (the stand-in)."""
+    from torchair_dist.pipeline import stages
+
+    monkeypatch.setattr(stages, "current_platform", lambda: "npu")
     monkeypatch.setattr(pattern_fusion, "fused_add_rms_norm", lambda: STAND_IN)
 
 

@@ -44,10 +44,11 @@ def test_graph_inputs_are_never_reduced_in_place():
     assert "_c10d_functional.all_reduce.default" in op_targets(gm)
 
 
-def test_switch_off():
+def test_switch_off(run_stage):
     cfg = CompilerConfig()
+    cfg.mode = "npugraph_ex"
     cfg.debug.aclgraph.disable_reinplace_inplaceable_ops_pass = True
-    gm = reinplace_collectives(_graph(read_after=False), [], cfg)
+    gm = run_stage("reinplace", cfg, _graph(read_after=False), [], cfg)
     assert "_c10d_functional.all_reduce.default" in op_targets(gm)
 
 

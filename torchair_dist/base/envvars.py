@@ -13,11 +13,13 @@ from typing import Dict, Optional, Sequence
 
 from ..errors import ConfigError
 
+CPU_CAPTURE_ENV = "TORCHAIR_DIST_CPU_CAPTURE"  # read by the CPU wing, named by the pipeline's table
+
 # name -> (accepted values, what it does)
 VARIABLES: Dict[str, tuple] = {
     "TORCHAIR_DIST_PLATFORM": ("npu | cuda | cpu", "force the platform (e.g. CPU on a GPU host)"),
     "TORCHAIR_DIST_DISABLE_NPU": ("0 | 1", "1: do not probe torch_npu"),
-    "TORCHAIR_DIST_CPU_CAPTURE": ("record | emulate | off",
+    CPU_CAPTURE_ENV: ("record | emulate | off",
                                   "the CPU stand-in for a device graph (default record)"),
     "TORCHAIR_DIST_SHM_SLOT_BYTES": ("an integer >= 64",
                                      "bytes per rank and bank of the shared-memory exchange "

@@ -127,7 +127,7 @@ def ge_group_attr(group: GroupLike) -> str:
     stable = stable_name_of(group)
     from .. import platform
 
-    if platform.current().name != "npu":
+    if not platform.current().runs_ge_natively:
         return stable
     try:
         import torch

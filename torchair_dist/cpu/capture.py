@@ -14,12 +14,11 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
-from ..base.envvars import env_choice
+from ..base.envvars import CPU_CAPTURE_ENV, env_choice
 from ..platform.interfaces import CaptureFactory, CaptureGraph
 
 log = logging.getLogger("torchair_dist")
 
-CPU_CAPTURE_ENV = "TORCHAIR_DIST_CPU_CAPTURE"  # the same name as pipeline.CPU_CAPTURE_ENV
 CPU_CAPTURE_MODES = ("record", "emulate", "off")
 DEFAULT_CPU_CAPTURE = "record"
 

@@ -1,13 +1,15 @@
-"""The common pass list run on every AOT graph before a backend sees it.
+"""Small AOT-graph passes every mode uses: the user's pre/post passes, noop removal,
+copy-into-empty removal, view -> reshape, reshape-chain collapsing.
 
-Order (``common_passes``): custom pre pass, noop removal, copy-into-empty removal,
-view->reshape, the optional ``npu_fx_pass`` patterns, custom post pass. Each pass is ``(gm, example_inputs, config) -> gm``.
+Each pass is ``(gm, example_inputs, config) -> gm``. Which of them run, and in what order, is
+the stage table's alone (``torchair_dist.pipeline.stages``: each mode's row, each stage's gate);
+a pass never checks its own switch.
 """
 from __future__ import annotations
 
 import inspect
 import logging
-from typing import Callable, List
+from typing import Callable
 
 import torch
 import torch.fx
@@ -55,8 +57,6 @@ def remove_noop_ops(gm, example_inputs, config):
     value is a graph output or is written by copy_ is kept, so no output starts aliasing an
     input that did not before.
     """
-    if not config.get("experimental_config.remove_noop_ops"):
-        return gm
     removed = 0
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not _is_noop(node):
@@ -138,8 +138,6 @@ def view_to_reshape(gm, example_inputs, config):
 def collapse_view_chains(gm, example_inputs, config):
     """(``npu_fx_pass``) reshape(reshape(x, a), b) -> reshape(x, b) when the inner has no
     other user. Guarantees: same values; fewer nodes for the backends to lower."""
-    if not config.get("experimental_config.npu_fx_pass"):
-        return gm
     changed = False
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target is aten.reshape.default:
@@ -205,18 +203,3 @@ def _custom(name: str) -> Callable:
 
 custom_pre_pass = _custom("post_grad_custom_pre_pass")
 custom_post_pass = _custom("post_grad_custom_post_pass")
-
-COMMON_PASSES: List[Callable] = [
-    custom_pre_pass,
-    remove_noop_ops,
-    remove_copy_into_empty,
-    view_to_reshape,
-    collapse_view_chains,
-    custom_post_pass,
-]
-
-
-def run_common_passes(gm, example_inputs, config):
-    for p in COMMON_PASSES:
-        gm = p(gm, example_inputs, config)
-    return gm

@@ -106,8 +106,6 @@ def find_conflicts(gm: torch.fx.GraphModule) -> List[Tuple[torch.fx.Node, str, t
 
 def deadlock_check(gm: torch.fx.GraphModule, example_inputs, config):
     """Warn about concurrent collectives on different streams (see module doc)."""
-    if not config.get("debug.deadlock_check"):
-        return gm
     conflicts = find_conflicts(gm)
     if conflicts:
         lines = [f"{a.name} on stream {sa or '(current)'!r} [{source_line(a)}] and {b.name} on "

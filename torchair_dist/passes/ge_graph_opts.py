@@ -49,9 +49,8 @@ def _real(value, gm):
 
 
 def fold_constants(gm: torch.fx.GraphModule, example_inputs, config):
-    """Fold constant subgraphs into ``get_attr`` constants when ``oo_constant_folding``."""
-    if config.get("ge_config.oo_constant_folding") is not True:
-        return gm
+    """Fold constant subgraphs into ``get_attr`` constants (the ``constant_folding`` stage:
+    it runs when ``ge_config.oo_constant_folding`` is True)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     constants: Set[torch.fx.Node] = {n for n in gm.graph.nodes if n.op == "get_attr"}
@@ -86,9 +85,8 @@ def fold_constants(gm: torch.fx.GraphModule, example_inputs, config):
 
 
 def eliminate_dead_code(gm: torch.fx.GraphModule, example_inputs, config):
-    """Drop unused side-effect-free ops when ``oo_dead_code_elimination``."""
-    if config.get("ge_config.oo_dead_code_elimination") is not True:
-        return gm
+    """Drop unused side-effect-free ops (the ``dead_code_elimination`` stage: it runs when
+    ``ge_config.oo_dead_code_elimination`` is True)."""
     if gm.graph.eliminate_dead_code():
         gm.graph.lint()
         gm.recompile()

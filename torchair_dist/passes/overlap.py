@@ -176,8 +176,6 @@ def schedule_overlap(gm, example_inputs, config):
     relative order; no node moved across a node with side effects; placeholders first and the
     output last. Only the node order changes, so numerics are unchanged.
     """
-    if not config.get("distributed_config.overlap_collectives"):
-        return gm
     kinds = {n: node_kind(n) for n in gm.graph.nodes}
     if not any(k == COMM for k in kinds.values()):
         return gm

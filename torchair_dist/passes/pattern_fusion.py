@@ -36,12 +36,7 @@ aten = torch.ops.aten
 
 def fused_add_rms_norm():
     """torch_npu's ``npu_add_rms_norm`` op on the NPU platform; None elsewhere."""
-    if _platform.current().name != "npu":
-        return None
-    try:
-        return torch.ops.npu.npu_add_rms_norm.default
-    except (AttributeError, RuntimeError):
-        return None
+    return _platform.current().vendor_op("npu_add_rms_norm")
 
 
 def _val(node):
@@ -173,8 +168,6 @@ def pattern_fusion(gm: torch.fx.GraphModule, example_inputs, config):
     the NPU platform, where the fused op does not exist."""
     fused = fused_add_rms_norm()
     if fused is None:
-        return gm
-    if not config.get("experimental_config.pattern_fusion_pass"):
         return gm
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     matches = [m for m in (_match(n, order) for n in gm.graph.nodes) if m is not None]

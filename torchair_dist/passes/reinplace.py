@@ -53,8 +53,6 @@ def _readers_after(buffer: torch.fx.Node, collective: torch.fx.Node, order) -> l
 
 def reinplace_collectives(gm: torch.fx.GraphModule, example_inputs, config):
     """Rewrite dead-input functional collectives to their in-place twins (see module doc)."""
-    if config.get("debug.aclgraph.disable_reinplace_inplaceable_ops_pass"):
-        return gm
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     changed = False
     for node in list(gm.graph.nodes):

@@ -74,8 +74,6 @@ def _rewrite(gm, copy_node: torch.fx.Node, order) -> bool:
 
 def reinplace_input_mutations(gm: torch.fx.GraphModule, example_inputs, config):
     """Rewrite ``copy_(input, op(input, ...))`` to ``op_(input, ...)`` (see module doc)."""
-    if config.get("debug.aclgraph.disable_reinplace_input_mutated_ops_pass"):
-        return gm
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     done = 0
     for node in list(gm.graph.nodes):

@@ -165,8 +165,6 @@ def _inductor_compiles(config, device: torch.device) -> bool:
 
 def remove_cat_ops(gm: torch.fx.GraphModule, example_inputs, config):
     """Let the producers of a cat write into its output (see the module doc)."""
-    if not config.get("debug.aclgraph.remove_cat_ops"):
-        return gm
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     streams = stream_of_nodes(gm)
     cats = [n for n in gm.graph.nodes if n.op == "call_function"

@@ -82,10 +82,13 @@ def _rdfs(body, deps, roots) -> List[torch.fx.Node]:
 
 
 def topology_sort(gm: torch.fx.GraphModule, example_inputs, config):
-    """Reorder ``gm`` by ``experimental_config.topology_sorting_strategy`` (see module doc)."""
+    """Reorder ``gm`` by ``experimental_config.topology_sorting_strategy`` (see module doc);
+    the stage runs for the strategies in :data:`REORDERING` only (the others keep the traced
+    order, which is already there)."""
     strategy = config.get("experimental_config.topology_sorting_strategy")
     if strategy not in REORDERING:
-        return gm
+        raise ValueError(f"topology_sort: strategy {strategy!r} keeps the program order; the "
+                         f"pass reorders for {REORDERING} only (the stage's gate)")
     output = next(n for n in gm.graph.nodes if n.op == "output")
     body = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
     deps = _dependencies(body)

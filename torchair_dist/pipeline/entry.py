@@ -9,7 +9,6 @@ import torch
 
 from . import stages as pipeline
 from .. import platform
-from .aot import compile_with_aot
 from ..base.log import init_logging
 from .route import NpuFxCompiler, get_compiler
 from ..configs import MODES, CompilerConfig, apply_compile_options
@@ -55,15 +54,8 @@ def install_determinism_guard() -> bool:
     """Install torch_npu's deterministic-level guard when it exists; else warn once when
     deterministic algorithms were requested (nothing guards them here). True if installed."""
     global _determinism_warned
-    if platform.current().name == "npu":
-        try:
-            from torch_npu.dynamo._deterministic_guard import \
-                install_npu_deterministic_level_guard
-        except ImportError:
-            pass
-        else:
-            install_npu_deterministic_level_guard()
-            return True
+    if platform.current().install_determinism_guard():
+        return True
     if torch.are_deterministic_algorithms_enabled() and not _determinism_warned:
         _determinism_warned = True
         log.warning("deterministic algorithms are on but no deterministic-level guard is "
@@ -102,10 +94,9 @@ def _npu_backend(gm: torch.fx.GraphModule, example_inputs, *, compiler_config: C
     elif kwargs.get("options"):
         # options= and mode= changed the config: its options get the same honesty check.
         pipeline.check_config_support(config, stacklevel=2)
-    for dynamo_pass in pipeline.passes_of(config.get("mode"), "dynamo-pass"):
-        gm = dynamo_pass(gm, config)
+    gm = pipeline.run_stages(config, "dynamo-pass", gm, config)
     compiler = compiler_factory(config)
-    return compile_with_aot(gm, example_inputs, compiler, decompositions)
+    return pipeline.run_stages(config, "aot", gm, example_inputs, compiler, decompositions)
 
 
 def _named_mode_backend(mode: str):

@@ -34,6 +34,8 @@ class GraphContext:
             the route's last stage then loads instead of compiling).
         transport: how the runner's collectives travel (a
             ``platform.interfaces.CollectiveTransport``; None: the graph's own collectives).
+        run_steps: the route's runner of the mode row's ``backend`` stages
+            (``build -> build``; set by the ``compile`` stage, None elsewhere).
     """
 
     gm: torch.fx.GraphModule
@@ -48,6 +50,7 @@ class GraphContext:
     original_gm: Any = None
     cache_entry: Any = None
     transport: Any = None
+    run_steps: Any = None
 
 
 # A runner takes the flat list of graph inputs ("boxed": the list may be cleared by the
@@ -71,7 +74,9 @@ def eager_runner(gm: torch.fx.GraphModule) -> Runner:
 class Backend:
     """A mode's graph compiler, one instance per backend (``pipeline.MODE_TABLE`` names it).
 
-    ``compile(ctx)``: the runner of a freshly traced and passed graph.
+    ``compile(ctx)``: the runner of a freshly traced and passed graph: the backend starts a
+    build and hands it to :meth:`run_steps`, which runs the mode row's ``backend`` stages (the
+    pipeline's one rule: row order, gate, platforms); the backend never calls a step itself.
     ``load(entry, ctx)``: the runner of a graph the compile cache rebuilt from ``entry`` (the
     stored entry data; ``ctx.gm`` is the rebuilt, shape-propagated graph). By default a loaded
     graph is compiled like a fresh one; a backend whose entries hold more than the graph
@@ -86,6 +91,13 @@ class Backend:
 
     def load(self, entry: Any, ctx: GraphContext) -> Runner:
         return self.compile(ctx)
+
+    def run_steps(self, ctx: GraphContext, build: Any) -> Any:
+        """``build`` after the mode row's backend steps (``ctx.run_steps``, the route's)."""
+        if ctx.run_steps is None:
+            raise RuntimeError(f"backend {self.name!r}: compile(ctx) outside the pipeline's "
+                               f"route (ctx.run_steps is not set; the compile stage sets it)")
+        return ctx.run_steps(build)
 
     def __repr__(self) -> str:
         return f"<torchair_dist backend {self.name}>"

@@ -1,4 +1,5 @@
-"""The per-rank graph compiler: common passes, validation, mode dispatch, cross-rank check."""
+"""The per-rank graph compiler: the AOT-pass stages, the route to a runner (the mode's backend
+and its steps), the runtime stages (the cross-rank check); all run by ``stages.run_stages``."""
 from __future__ import annotations
 
 import contextlib
@@ -90,21 +91,18 @@ def build_runner(ctx: GraphContext, entry: Optional[Dict] = None,
     ``dump_config.data_dump_stage="original"``."""
     ctx = dataclasses.replace(ctx, original_gm=original, cache_entry=entry)
     runner = run_route(ctx)
-    for stage in pipeline.stages_at(ctx.config, "runtime"):
-        runner = pipeline.resolve(stage)(runner, ctx)
-    return runner
+    return pipeline.run_stages(ctx.config, "runtime", runner, ctx)
 
 
 def run_route(ctx: GraphContext):
     """The ``route`` stages that run for this config and platform, in order: each returns the
     context the next one works on, or the runner (which ends the route)."""
-    for stage in pipeline.stages_at(ctx.config, "route"):
-        out = pipeline.resolve(stage)(ctx)
-        if not isinstance(out, GraphContext):
-            return out
-        ctx = out
-    raise BackendUnavailableError(f"mode {ctx.config.get('mode')!r}: its route ends without a "
-                                  f"runner (pipeline.MODE_TABLE lacks a compile stage)")
+    out = pipeline.run_stages(ctx.config, "route", ctx,
+                              stop=lambda v: not isinstance(v, GraphContext))
+    if isinstance(out, GraphContext):
+        raise BackendUnavailableError(f"mode {ctx.config.get('mode')!r}: its route ends without "
+                                      f"a runner (pipeline.MODE_TABLE lacks a compile stage)")
+    return out
 
 
 def eager_stage(ctx: GraphContext):
@@ -114,8 +112,12 @@ def eager_stage(ctx: GraphContext):
 
 def backend_stage(ctx: GraphContext):
     """The ``compile`` stage: the mode's backend compiles the graph, or loads it from the
-    compile cache's entry (``ctx.cache_entry``)."""
+    compile cache's entry (``ctx.cache_entry``); its steps are the row's ``backend`` stages,
+    run by the pipeline's runner (``ctx.run_steps``)."""
     backend = backend_for_mode(ctx.config.get("mode"))
+    config = ctx.config
+    ctx = dataclasses.replace(ctx, run_steps=lambda build: pipeline.run_stages(
+        config, "backend", build))
     if ctx.cache_entry is not None:
         return backend.load(ctx.cache_entry, ctx)
     return backend.compile(ctx)
@@ -134,13 +136,10 @@ def make_context(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfi
 
 
 def run_aot_passes(gm: torch.fx.GraphModule, example_inputs, cfg: CompilerConfig):
-    """The mode's AOT-pass stages, in the order the pipeline declares them."""
-    for stage in pipeline.stages_of(cfg.get("mode")):
-        if stage.level == "aot-pass":
-            gm = pipeline.resolve(stage)(gm, example_inputs, cfg)
-            if _observers:
-                _observe_stage(stage.name, gm)
-    return gm
+    """The mode's AOT-pass stages that apply, in the row's order (the pipeline's runner)."""
+    return pipeline.run_stages(cfg, "aot-pass", gm, example_inputs, cfg,
+                               after=lambda stage, out: _observe_stage(stage.name, out)
+                               if _observers else None)
 
 
 def _static_indices(example_inputs: Sequence[Any]) -> List[int]:

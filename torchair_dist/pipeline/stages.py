@@ -5,16 +5,19 @@ runs it, the graph it works on, the option that gates it, the options it reads, 
 effect and whether its result can be dumped. A :class:`ModeRow` lists, for one
 ``CompilerConfig.mode``, its backend, its stages in order and the format its cache entries use.
 
-The table runs the pipeline: each level's stages are called from it, in the row's order, when
-their gate says so (:func:`stages_at`), with one calling convention per level:
+The table runs the pipeline: every stage of every level is called by one runner
+(:func:`run_stages`), in the row's order, when its platforms and gate say so (:func:`applies`);
+no stage re-checks its own gate. One calling convention per level:
 
 * ``dynamo-pass``: ``fn(gm, config) -> gm`` on the graph Dynamo traced (the backend entry);
-* ``aot``: the AOT autograd wrapper itself (the backend entry);
+* ``aot``: ``fn(gm, example_inputs, compiler, decompositions)``, the AOT autograd wrapper itself
+  (the backend entry; the compiler it is handed runs the ``aot-pass`` stages);
 * ``aot-pass``: ``fn(gm, example_inputs, config) -> gm`` on AOT's functional graph (compiler);
 * ``route``: ``fn(ctx) -> ctx | runner``: what turns the passed graph into a runner, in order;
   a stage returns the context the next one works on, or the runner, which ends the route
   (debug runners, the collective transport, then the mode's backend: ``compile``);
-* ``backend``: a step inside the mode's backend, run by that backend in the order listed;
+* ``backend``: ``fn(build) -> build``, a step inside the mode's backend: the backend starts a
+  build (its own dataclass) and the ``compile`` stage's runner runs these steps on it;
 * ``runtime``: ``fn(runner, ctx) -> runner`` around the runner (the cross-rank check).
 
 Option support is *derived* from these declarations (:func:`effective_options`): an option takes
@@ -30,13 +33,14 @@ import warnings
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from ..backends.ge.runtime import cann_options as _cann
+from ..base.envvars import CPU_CAPTURE_ENV
 from ..configs import CompilerConfig
 from ..errors import UnsupportedModeError
+from ..passes.topo_sort import REORDERING as _REORDERING
 
 ALL_PLATFORMS: FrozenSet[str] = frozenset({"npu", "cuda", "cpu"})
 DEVICES: FrozenSet[str] = frozenset({"npu", "cuda"})
 NPU: FrozenSet[str] = frozenset({"npu"})
-CPU_CAPTURE_ENV = "TORCHAIR_DIST_CPU_CAPTURE"  # read by the CPU wing's capture stand-ins
 
 # Options every compile reads whatever else is set (which mode, which passes to call).
 ALWAYS_READ: FrozenSet[str] = frozenset({"mode"})
@@ -124,15 +128,12 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("remove_copy_into_empty", "torchair_dist.passes.common:remove_copy_into_empty",
           "aot-pass", "copy(empty_like(x), fresh result) -> the result (a collective's output "
           "copied into a buffer nobody wrote)"),
-    Stage("pattern_fusion", "torchair_dist.passes.pattern_fusion:pattern_fusion", "aot-pass",
-          "residual add + RMSNorm (LlamaRMSNorm's AOT ops) -> torch_npu.npu_add_rms_norm",
-          gate="experimental_config.pattern_fusion_pass", platforms=NPU),
     Stage("user_patterns", "torchair_dist.pipeline.user_patterns:apply_user_patterns", "aot-pass",
           "patterns registered with register_replacement (TorchAir's API) are replaced",
           gate="experimental_config.pattern_fusion_pass"),
-    Stage("scope_attrs", "torchair_dist.scope:report_scope_attrs", "aot-pass",
-          "TorchAir's Ascend-only scopes (super_kernel, limit_core_num, op_never_timeout, "
-          "data_dump) stay in node.meta['custom']; a warning names each found"),
+    Stage("pattern_fusion", "torchair_dist.passes.pattern_fusion:pattern_fusion", "aot-pass",
+          "residual add + RMSNorm (LlamaRMSNorm's AOT ops) -> torch_npu.npu_add_rms_norm",
+          gate="experimental_config.pattern_fusion_pass", platforms=NPU),
     Stage("view_to_reshape", "torchair_dist.passes.common:view_to_reshape", "aot-pass",
           "aten.view becomes aten.reshape"),
     Stage("collapse_view_chains", "torchair_dist.passes.common:collapse_view_chains", "aot-pass",
@@ -143,6 +144,9 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("scope_ops", "torchair_dist.streams.scope_ops:lower_scope_ops", "aot-pass",
           "TorchAir's scope_enter/scope_exit ops (a user pass's) -> stream switches "
           "(_user_stream_label) or node.meta['custom'] attributes"),
+    Stage("scope_attrs", "torchair_dist.scope:report_scope_attrs", "aot-pass",
+          "TorchAir's Ascend-only scopes (super_kernel, limit_core_num, op_never_timeout, "
+          "data_dump) stay in node.meta['custom']; a warning names each found"),
     Stage("overlap", "torchair_dist.passes.overlap:schedule_overlap", "aot-pass",
           "issue collectives early, wait late (never reorders two collectives)",
           gate="distributed_config.overlap_collectives"),
@@ -157,19 +161,19 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "cat(mm(..), add(..)) -> each producer writes its slice of one buffer through its "
           "out= overload (no concatenation copy); runs last among the rewriting passes",
           gate="debug.aclgraph.remove_cat_ops"),
-    Stage("deadlock_check", "torchair_dist.passes.deadlock_check:deadlock_check", "aot-pass",
-          "warn about collectives that may run concurrently on different streams",
-          gate="debug.deadlock_check"),
     Stage("constant_folding", "torchair_dist.passes.ge_graph_opts:fold_constants", "aot-pass",
           "compute constant subgraphs once at compile time (GE Const)",
           gate="ge_config.oo_constant_folding", runs_when=lambda v: v is True),
     Stage("dead_code_elimination", "torchair_dist.passes.ge_graph_opts:eliminate_dead_code",
           "aot-pass", "drop unused side-effect-free ops",
           gate="ge_config.oo_dead_code_elimination", runs_when=lambda v: v is True),
+    Stage("deadlock_check", "torchair_dist.passes.deadlock_check:deadlock_check", "aot-pass",
+          "warn about collectives that may run concurrently on different streams",
+          gate="debug.deadlock_check"),
     Stage("topology_sort", "torchair_dist.passes.topo_sort:topology_sort", "aot-pass",
           "order the graph GE receives by BFS/RDFS (DFS/StableRDFS: program order); side "
           "effects never move", gate="experimental_config.topology_sorting_strategy",
-          runs_when=lambda v: v in ("BFS", "RDFS")),
+          runs_when=lambda v: v in _REORDERING),
     Stage("validate", "torchair_dist.passes.validate:validate_pass", "aot-pass",
           "the graph holds only ops the backends accept"),
     Stage("fx_summary", "torchair_dist.tools.fx_summary:summary_stage", "route",
@@ -184,28 +188,6 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
                  "dump_config.data_dump_stage")),
     Stage("run_eagerly", "torchair_dist.pipeline.route:eager_stage", "route",
           "instead of the backend: run the FX graph eagerly", gate="debug.run_eagerly"),
-    Stage("ge_convert", "torchair_dist.backends.ge:compile_graph", "backend",
-          "FX -> GE IR graph, validated against the operator registry; with enable_ref_data "
-          "written-back inputs are RefData updated by Assign", dumped=True,
-          reads=("experimental_config.enable_ref_data",)),
-    Stage("ge_dump", "torchair_dist.backends.ge.dump:dump_graph", "backend",
-          "write the GE graph as txt/pbtxt/py", gate="debug.graph_dump.type", runs_when=_is_set,
-          reads=("debug.graph_dump.path",)),
-    Stage("ge_export", "torchair_dist.backends.ge.export:export_model", "backend",
-          "write the GE graph (.air) and its weights on the first call; inputs named by "
-          "inputs_name, ops annotated with their nn.Module stack on request",
-          gate="export.export_mode", reads=_EXPORT_READS),
-    Stage("ge_run", "torchair_dist.backends.ge.runtime:create_runtime", "backend",
-          "run the GE graph: CANN on NPU, the reference executor elsewhere"),
-    Stage("cann_options", "torchair_dist.backends.ge.runtime.cann_options:cann_options",
-          "backend", "GE session/graph options handed to the CANN runtime",
-          reads=_cann.CANN_OPTION_READS, platforms=NPU),
-    Stage("cann_dump", "torchair_dist.backends.ge.runtime.cann_options:cann_options",
-          "backend", "GE's own data dump (ge.exec.enableDump and friends)",
-          gate="dump_config.enable_dump", reads=_cann.CANN_DUMP_READS, platforms=NPU),
-    Stage("cann_aoe", "torchair_dist.backends.ge.runtime.cann_options:cann_options",
-          "backend", "AOE operator tuning options", gate="aoe_config.aoe_mode",
-          runs_when=_is_set, reads=_cann.CANN_AOE_READS, platforms=NPU),
     Stage("shm_collectives", "torchair_dist.platform.stand_ins:transport_stage", "route",
           "the runner's all_reduce / equal-piece all_to_all exchange through shared memory "
           "between the ranks of one host instead of gloo (the compiled graph and its cache "
@@ -215,25 +197,47 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("compile", "torchair_dist.pipeline.route:backend_stage", "route",
           "the mode's backend compiles the graph (its steps follow), or loads it from a "
           "compile-cache entry"),
-    Stage("acl_codegen", "torchair_dist.backends.aclgraph.codegen:generate_forward", "backend",
+    Stage("ge_convert", "torchair_dist.backends.ge:convert_step", "backend",
+          "FX -> GE IR graph, validated against the operator registry; with enable_ref_data "
+          "written-back inputs are RefData updated by Assign", dumped=True,
+          reads=("experimental_config.enable_ref_data",)),
+    Stage("ge_dump", "torchair_dist.backends.ge:dump_step", "backend",
+          "write the GE graph as txt/pbtxt/py", gate="debug.graph_dump.type", runs_when=_is_set,
+          reads=("debug.graph_dump.path",)),
+    Stage("cann_options", "torchair_dist.backends.ge:cann_options_step",
+          "backend", "GE session/graph options handed to the CANN runtime",
+          reads=_cann.CANN_OPTION_READS, platforms=NPU),
+    Stage("cann_dump", "torchair_dist.backends.ge:cann_dump_step",
+          "backend", "GE's own data dump (ge.exec.enableDump and friends)",
+          gate="dump_config.enable_dump", reads=_cann.CANN_DUMP_READS, platforms=NPU),
+    Stage("cann_aoe", "torchair_dist.backends.ge:cann_aoe_step",
+          "backend", "AOE operator tuning options", gate="aoe_config.aoe_mode",
+          runs_when=_is_set, reads=_cann.CANN_AOE_READS, platforms=NPU),
+    Stage("ge_run", "torchair_dist.backends.ge:run_step", "backend",
+          "run the GE graph: CANN on NPU, the reference executor elsewhere"),
+    Stage("ge_export", "torchair_dist.backends.ge:export_step", "backend",
+          "write the GE graph (.air) and its weights on the first call; inputs named by "
+          "inputs_name, ops annotated with their nn.Module stack on request",
+          gate="export.export_mode", reads=_EXPORT_READS),
+    Stage("acl_codegen", "torchair_dist.backends.aclgraph.compile:codegen_step", "backend",
           "a generated straight-line runner of the FX graph", dumped=True),
-    Stage("acl_dump", "torchair_dist.tools.dumps:dump_fx_graph", "backend",
+    Stage("acl_dump", "torchair_dist.backends.aclgraph.compile:dump_step", "backend",
           "write the FX graph and the generated runner as py/txt",
           gate="debug.graph_dump.type", runs_when=_is_set, reads=("debug.graph_dump.path",)),
-    Stage("inductor_kernels", "torchair_dist.backends.aclgraph.inductor_kernels:compile_graph",
+    Stage("inductor_kernels", "torchair_dist.backends.aclgraph.compile:inductor_step",
           "backend", "inductor generates the compute kernels of the post-pass graph; our "
           "collectives, schedule, check, capture and cache stay",
           gate="experimental_config.inductor_kernels", platforms=frozenset({"cpu", "cuda"})),
-    Stage("value_ints", "torchair_dist.backends.aclgraph.sym_values:split_value_ints", "backend",
+    Stage("value_ints", "torchair_dist.backends.aclgraph.compile:value_ints_step", "backend",
           "integer inputs that only reach tensor ops as values are fed as 0-d tensors and "
           "their host arithmetic runs per call, so one capture serves every value",
           platforms=_capture_platforms),
-    Stage("capture", "torchair_dist.backends.aclgraph.runner:AclGraphRunner", "backend",
-          "capture per graph key, replay on later calls", reads=_CAPTURE_READS,
-          platforms=_capture_platforms),
-    Stage("device_capture", "torchair_dist.backends.aclgraph.capture:DeviceGraph", "backend",
+    Stage("device_capture", "torchair_dist.backends.aclgraph.compile:device_capture_step", "backend",
           "NPU/CUDA graph capture itself", reads=("npugraphex_config.capture_error_mode",),
           platforms=DEVICES),
+    Stage("capture", "torchair_dist.backends.aclgraph.compile:capture_step", "backend",
+          "capture per graph key, replay on later calls", reads=_CAPTURE_READS,
+          platforms=_capture_platforms),
     Stage("consistency", "torchair_dist.collectives.consistency:guard_first_run", "runtime",
           "before the first run all ranks compare their collectives through the c10d store "
           "(with consistency_check); a peer's fault at run time is reported with the graph's "
@@ -241,18 +245,25 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           reads=("distributed_config.consistency_check", "distributed_config.consistency_timeout")),
 )}
 
-_ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
-          "remove_copy_into_empty", "user_patterns", "view_to_reshape", "collapse_view_chains",
-          "custom_post_pass", "scope_ops", "scope_attrs")
-_SPLIT = _ENTRY.index("view_to_reshape")  # ACL modes fuse patterns before view -> reshape
-_ACL = _ENTRY[:_SPLIT] + ("pattern_fusion",) + _ENTRY[_SPLIT:] + (
-    "overlap", "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "validate",
+# Each mode's order, written once: the stages run in exactly this order (levels nest: the
+# aot stage calls the aot-pass stages, the compile stage the backend stages), and the
+# README's table numbers them per mode from these tuples.
+_ACL = (
+    "send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
+    "remove_copy_into_empty", "user_patterns", "pattern_fusion", "view_to_reshape",
+    "collapse_view_chains", "custom_post_pass", "scope_ops", "scope_attrs", "overlap",
+    "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "validate",
     "fx_summary", "data_dump", "run_eagerly", "shm_collectives", "compile", "acl_codegen",
-    "acl_dump", "inductor_kernels", "value_ints", "capture", "device_capture", "consistency")
-_GE = _ENTRY + ("overlap", "constant_folding", "dead_code_elimination", "deadlock_check",
-                "topology_sort", "validate", "fx_summary", "data_dump", "run_eagerly",
-                "shm_collectives", "compile", "ge_convert", "ge_dump", "ge_export", "ge_run",
-                "cann_options", "cann_dump", "cann_aoe", "consistency")
+    "acl_dump", "inductor_kernels", "value_ints", "device_capture", "capture", "consistency",
+)
+_GE = (
+    "send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
+    "remove_copy_into_empty", "user_patterns", "view_to_reshape", "collapse_view_chains",
+    "custom_post_pass", "scope_ops", "scope_attrs", "overlap", "constant_folding",
+    "dead_code_elimination", "deadlock_check", "topology_sort", "validate", "fx_summary",
+    "data_dump", "run_eagerly", "shm_collectives", "compile", "ge_convert", "ge_dump",
+    "cann_options", "cann_dump", "cann_aoe", "ge_run", "ge_export", "consistency",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,15 +374,26 @@ START = "<!-- pipeline-table:start (generated by `make docs`; do not edit) -->"
 END = "<!-- pipeline-table:end -->"
 
 
+def step_numbers(mode: str) -> Dict[str, int]:
+    """``{stage name: its step number in mode's row}`` (1-based, the order the stages run)."""
+    return {name: i for i, name in enumerate(mode_row(mode).stages, 1)}
+
+
 def render() -> str:
+    """The README's table: one line per stage and, per mode, the stage's step number in that
+    mode's row (blank: not in the mode), so reading a mode's column by number is reading the
+    order its stages run."""
     modes = list(MODE_TABLE)
+    numbers = {m: step_numbers(m) for m in modes}
     head = "| stage | graph | function | gate (switch) | reads | where | dumped | " + \
         " | ".join(f"`{m}`" for m in modes) + " | what it does |"
-    lines = [START, "", head, "|" + "---|" * (8 + len(modes))]
+    lines = [START, "", "Each mode's column holds the stage's step number in that mode: the "
+             "order its stages run (a step whose gate or platform does not apply is skipped).",
+             "", head, "|" + "---|" * (8 + len(modes))]
     for s in STAGES.values():
         where = "/".join(sorted(s.platform_set())) if not callable(s.platforms) else \
             f"npu/cuda/cpu (not with {CPU_CAPTURE_ENV}=off)"
-        marks = " | ".join("✓" if s.name in MODE_TABLE[m].stages else "" for m in modes)
+        marks = " | ".join(str(numbers[m].get(s.name, "")) for m in modes)
         reads = ", ".join(f"`{r}`" for r in s.reads)
         lines.append(f"| {s.name} | {s.level} | `{s.fn}` | {f'`{s.gate}`' if s.gate else ''} | "
                      f"{reads} | {where} | {'yes' if s.dumped else ''} | {marks} | {s.doc} |")
@@ -404,14 +426,33 @@ def resolve(stage: Stage) -> Callable:
     return fn
 
 
+def applies(stage: Stage, config: CompilerConfig, platform: Optional[str] = None) -> bool:
+    """The one execution rule, for every level: ``stage`` runs when it is on this platform and
+    its gate lets it (the gate read as the code's own read)."""
+    return ((platform or current_platform()) in stage.platform_set()
+            and stage.runs(config, tracked=True))
+
+
 def stages_at(config: CompilerConfig, level: str) -> List[Stage]:
-    """The stages of ``config``'s mode at ``level`` that run now: in the row's order, on this
-    platform, their gate read as the code's own read."""
+    """The stages of ``config``'s mode at ``level`` that run now: in the row's order, by
+    :func:`applies`."""
     platform = current_platform()
     return [s for s in stages_of(config.get("mode")) if s.level == level
-            and platform in s.platform_set() and s.runs(config, tracked=True)]
+            and applies(s, config, platform)]
 
 
-def passes_of(mode: str, level: str) -> List[Callable]:
-    """The pass functions of ``mode`` at ``level`` ("dynamo-pass" or "aot-pass"), in order."""
-    return [resolve(s) for s in stages_of(mode) if s.level == level]
+def run_stages(config: CompilerConfig, level: str, value, *args,
+               stop: Optional[Callable[[object], bool]] = None,
+               after: Optional[Callable[[Stage, object], None]] = None):
+    """Run the stages of ``config``'s mode at ``level`` that apply (:func:`stages_at`), in the
+    row's order: ``value = fn(value, *args)`` for each (the level's calling convention, see the
+    module doc). ``stop(value)`` true ends the run early (the route: a runner was made);
+    ``after(stage, value)`` sees each stage's result (``record_graphs``). The only place any
+    stage of the table is called: pass, aot, route, backend and runtime stages alike."""
+    for stage in stages_at(config, level):
+        value = resolve(stage)(value, *args)
+        if after is not None:
+            after(stage, value)
+        if stop is not None and stop(value):
+            break
+    return value

@@ -58,8 +58,7 @@ def registered() -> int:
 
 def apply_user_patterns(gm: torch.fx.GraphModule, example_inputs, config):
     """Pipeline stage: apply the registered patterns (nothing when there are none)."""
-    on = config.get("experimental_config.pattern_fusion_pass")  # read: the gate of this stage
-    if not on or _count == 0:
+    if _count == 0:
         return gm
     n = _PASS.apply(gm.graph)
     if n:

@@ -1,27 +1,36 @@
 """The platform layer: Ascend NPU, NVIDIA GPU or CPU.
 
-Everything device-specific the rest of the library needs comes from :func:`current`: the device
-type, the process-group backend, the graph-capture class, and the stream/event classes.
-``torch_npu`` is imported lazily, only when asked for; when it is missing or broken the library
-still imports, and :func:`npu_status` says why NPU is off.
+Everything device-specific the rest of the library needs comes from :func:`current`, an instance
+of one :class:`Platform` class per kind of device: the device type, the process-group backend,
+the graph-capture class, the stream/event classes, and the capabilities as methods and
+properties (callers ask ``current().runs_ge_natively``, never compare its name). ``torch_npu``
+is imported lazily, only when asked for; when it is missing or broken the library still
+imports, and :func:`npu_status` says why NPU is off.
+
+The choice is made on first use and kept until ``torch._dynamo.reset()`` (after a compile with
+our backend), which makes the next :func:`current` choose again: a changed
+``TORCHAIR_DIST_PLATFORM`` takes effect from there.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import logging
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
+
+from ..base.util import on_dynamo_reset
 
 log = logging.getLogger("torchair_dist")
 
 
 @dataclasses.dataclass(frozen=True)
 class Platform:
-    """What one kind of device offers the library."""
+    """What one kind of device offers the library (the defaults: an accelerator with its own
+    ``torch.<device_type>`` module and device graphs)."""
 
-    name: str                    # "npu" | "cuda" | "cpu"
+    name: str                    # "npu" | "cuda" | "cpu": the stage table's platform key
     device_type: str             # torch device type
     dist_backend: str            # "hccl" | "nccl" | "gloo"
     graph_class: Optional[Any]   # device graph capture class, None on CPU
@@ -32,14 +41,19 @@ class Platform:
     def has_graph_capture(self) -> bool:
         return self.graph_class is not None
 
+    #: compute runs on the host's cores (ranks on one host share them)
+    runs_on_host = False
+    #: CANN runs GE graphs here (Ascend): GE IR is handed to it, with the HCCL communicator
+    #: names and Ascend-only op attributes; elsewhere the reference executor stands in
+    runs_ge_natively = False
+    #: what the CPU wing (:mod:`.stand_ins`) stands in for: capture, transport, GE execution
+    uses_stand_ins = False
+
     def device(self, local_rank: int = 0) -> torch.device:
-        if self.name == "cpu":
-            return torch.device("cpu")
         return torch.device(self.device_type, local_rank)
 
     def set_device(self, local_rank: int) -> None:
-        if self.name != "cpu":
-            getattr(torch, self.device_type).set_device(local_rank)
+        getattr(torch, self.device_type).set_device(local_rank)
 
     def graph_context(self, graph, pool=None, stream=None, capture_error_mode=None):
         """The capture context manager (``torch.cuda.graph`` / ``torch.npu.graph``)."""
@@ -53,8 +67,63 @@ class Platform:
         return getattr(torch, self.device_type).graph_pool_handle()
 
     def synchronize(self) -> None:
-        if self.name != "cpu":
-            getattr(torch, self.device_type).synchronize()
+        getattr(torch, self.device_type).synchronize()
+
+    def vendor_function(self, name: str) -> Optional[Callable]:
+        """The device vendor's Python kernel ``name`` (``torch_npu.<name>``), None where the
+        platform has none."""
+        return None
+
+    def vendor_op(self, name: str) -> Optional[Any]:
+        """The vendor's registered op ``torch.ops.npu.<name>.default``, None where absent."""
+        return None
+
+    def install_determinism_guard(self) -> bool:
+        """Install the vendor's deterministic-level guard (recompile when
+        ``torch.use_deterministic_algorithms`` changes); False where there is none."""
+        return False
+
+
+class NpuPlatform(Platform):
+    """Ascend NPU through torch_npu: CANN runs GE graphs, torch_npu's kernels exist."""
+
+    runs_ge_natively = True
+
+    def vendor_function(self, name: str) -> Optional[Callable]:
+        import torch_npu
+
+        return getattr(torch_npu, name, None)
+
+    def vendor_op(self, name: str) -> Optional[Any]:
+        try:
+            return getattr(torch.ops.npu, name).default
+        except (AttributeError, RuntimeError):
+            return None
+
+    def install_determinism_guard(self) -> bool:
+        try:
+            from torch_npu.dynamo._deterministic_guard import \
+                install_npu_deterministic_level_guard
+        except ImportError:
+            return False
+        install_npu_deterministic_level_guard()
+        return True
+
+
+class CpuPlatform(Platform):
+    """The host itself: one device, no device graphs or streams; the CPU wing stands in."""
+
+    runs_on_host = True
+    uses_stand_ins = True
+
+    def device(self, local_rank: int = 0) -> torch.device:
+        return torch.device("cpu")
+
+    def set_device(self, local_rank: int) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
 
 
 _NPU_STATUS = {"reason": "not probed yet"}
@@ -91,7 +160,7 @@ def _probe_npu() -> bool:
 
 def _npu() -> Platform:
     npu = torch.npu
-    return Platform("npu", "npu", "hccl", npu.NPUGraph, npu.Stream, npu.Event)
+    return NpuPlatform("npu", "npu", "hccl", npu.NPUGraph, npu.Stream, npu.Event)
 
 
 def _cuda() -> Platform:
@@ -100,7 +169,7 @@ def _cuda() -> Platform:
 
 
 def _cpu() -> Platform:
-    return Platform("cpu", "cpu", "gloo", None, None, None)
+    return CpuPlatform("cpu", "cpu", "gloo", None, None, None)
 
 
 _BY_NAME = {"npu": _npu, "cuda": _cuda, "cpu": _cpu}
@@ -110,7 +179,8 @@ _BY_NAME = {"npu": _npu, "cuda": _cuda, "cpu": _cpu}
 def current() -> Platform:
     """The platform of this process: NPU if usable, else CUDA if available, else CPU.
 
-    ``TORCHAIR_DIST_PLATFORM=npu|cuda|cpu`` forces one (e.g. CPU on a GPU host).
+    ``TORCHAIR_DIST_PLATFORM=npu|cuda|cpu`` forces one (e.g. CPU on a GPU host). Chosen on
+    first use and kept until ``torch._dynamo.reset()``, which makes the next call choose again.
     """
     from ..base.envvars import env_choice
 
@@ -122,6 +192,9 @@ def current() -> Platform:
     if torch.cuda.is_available():
         return _cuda()
     return _cpu()
+
+
+on_dynamo_reset(current.cache_clear)  # the next current() reads TORCHAIR_DIST_PLATFORM again
 
 
 def for_device(device_type: str) -> Platform:

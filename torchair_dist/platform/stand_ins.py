@@ -38,7 +38,7 @@ _DEVICE_TRANSPORT = CollectiveTransport()
 def collective_transport() -> CollectiveTransport:
     """How this process's compiled runners can exchange besides the graph's own collectives:
     on CPU, the shared-memory transport; elsewhere the graph's own."""
-    if current().name != "cpu":
+    if not current().uses_stand_ins:
         return _DEVICE_TRANSPORT
     from ..cpu.transport import SHARED_MEMORY
 

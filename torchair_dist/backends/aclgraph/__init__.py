@@ -1,9 +1,9 @@
 """ACL-graph backend (modes ``npugraph_ex`` and ``reduce-overhead``).
 
 ``BACKEND`` (a :class:`~torchair_dist.pipeline.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
-names for both modes: with ``experimental_config.inductor_kernels`` (and a device that allows
-it) inductor generates the forward (:mod:`.inductor_kernels`), else ``compile_graph(ctx)``
-generates a runner from the FX graph. With a device graph class
+names for both modes. Its ``compile(ctx)`` runs the row's backend steps (:mod:`.compile`): a
+forward generated from the FX graph, or with ``experimental_config.inductor_kernels`` one
+inductor compiles (:mod:`.inductor_kernels`). With a device graph class
 (``torch.npu.NPUGraph`` / ``torch.cuda.CUDAGraph``) it captures per graph key and replays. On
 CPU a stand-in graph takes the device graph's place (:mod:`torchair_dist.platform.stand_ins`
 picks it from the CPU wing, ``TORCHAIR_DIST_CPU_CAPTURE``), behind the same
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from ...platform.interfaces import CollectiveTransport
 from ..context import Backend, GraphContext
-from .compile import capture_runner, compile_graph, graph_device_type, graph_factory_for  # noqa: F401
+from .compile import AclBuild, graph_device_type, graph_factory_for  # noqa: F401
 from .report import capture_report, reset_capture_report
 
-__all__ = ["BACKEND", "AclGraphBackend", "compile_graph", "graph_factory_for", "capture_report",
+__all__ = ["BACKEND", "AclGraphBackend", "AclBuild", "graph_factory_for", "capture_report",
            "reset_capture_report"]
 
 
@@ -31,12 +31,8 @@ class AclGraphBackend(Backend):
     name = "aclgraph"
 
     def compile(self, ctx: GraphContext):
-        from . import inductor_kernels
-
-        transport = ctx.transport or _OWN_COLLECTIVES
-        if inductor_kernels.enabled_for(ctx):
-            return inductor_kernels.compile_graph(transport.for_runner(ctx, functional=True))
-        return compile_graph(transport.for_runner(ctx))
+        build = self.run_steps(ctx, AclBuild(ctx, ctx.transport or _OWN_COLLECTIVES))
+        return build.runner_or_forward()
 
 
 BACKEND = AclGraphBackend()

@@ -1,17 +1,24 @@
-"""Compiling one AOT graph for the ACL modes: the generated forward, the capture factory for the
-graph's device (a device graph, or the CPU stand-in :mod:`torchair_dist.platform.stand_ins`
-picks), and the capturing runner."""
+"""Compiling one AOT graph for the ACL modes, as the steps of the mode row's ``backend`` stages.
+
+The pipeline runs these steps from the table (``torchair_dist.pipeline.stages``: ``acl_codegen``,
+``acl_dump``, ``inductor_kernels``, ``value_ints``, ``device_capture``, ``capture``), in the
+row's order and only when their gate and platforms allow; each takes and returns the
+:class:`AclBuild` being put together. :meth:`AclBuild.runner_or_forward` is what the backend
+returns: the capturing runner when a capture step made one, else the forward itself.
+"""
 from __future__ import annotations
 
 import dataclasses
 import logging
+import warnings
+from typing import Any, Callable, Optional, Tuple
 
 import torch
 
 from ... import platform as _platform
 from ...tools.dumps import dump_fx_graph
 from ...platform import stand_ins
-from ...platform.interfaces import CaptureFactory
+from ...platform.interfaces import CaptureFactory, CollectiveTransport
 from ..context import GraphContext
 from .capture import DeviceGraph
 from .codegen import generate_forward
@@ -19,6 +26,38 @@ from .runner import AclGraphRunner
 from .sym_values import ValueIntRunner, split_value_ints
 
 log = logging.getLogger("torchair_dist")
+
+
+@dataclasses.dataclass
+class AclBuild:
+    """What the ACL backend's steps build, step by step.
+
+    ``ctx``: the graph as the compiler passed it (what the cross-rank check, the cache and
+    dumps of the original see); ``run_ctx``: the runner's copy of it (the route's collective
+    transport applied); ``make_forward(ctx) -> (fn, source)``: compiles a forward of a graph
+    (the codegen's or inductor's); ``opaque``: that forward runs kernels the dispatcher never
+    sees (inductor's); ``split``: integer inputs fed as values (``value_ints``);
+    ``factory``: the capture graphs' factory; ``runner``: the capturing runner once built.
+    """
+
+    ctx: GraphContext
+    transport: CollectiveTransport
+    run_ctx: Optional[GraphContext] = None
+    make_forward: Optional[Callable[[GraphContext], Tuple[Callable, Optional[str]]]] = None
+    source: Optional[str] = None
+    opaque: bool = False
+    split: Any = None
+    factory: Optional[CaptureFactory] = None
+    runner: Any = None
+
+    def runner_or_forward(self):
+        if self.runner is not None:
+            return self.runner
+        if self.make_forward is None:
+            raise RuntimeError(f"{self.ctx.graph_name}: the mode row's backend steps made no "
+                               f"forward (it lists neither acl_codegen nor inductor_kernels)")
+        log.debug("%s: no graph capture; running the forward directly", self.ctx.graph_name)
+        return self.make_forward(self.run_ctx)[0]
 
 
 def graph_device_type(ctx: GraphContext) -> str:
@@ -29,59 +68,122 @@ def graph_device_type(ctx: GraphContext) -> str:
     return "cpu"
 
 
+def _shared_pool(cfg) -> Tuple[Any, bool]:
+    custom = cfg.get("aclgraph_config.use_custom_pool")
+    return custom, custom is not None or not cfg.get(
+        "debug.aclgraph.disable_mempool_reuse_in_same_fx")
+
+
+def device_factory(ctx: GraphContext) -> Optional[CaptureFactory]:
+    """The device graph factory of ``ctx``'s device (None: its device has no graph capture)."""
+    plat = _platform.for_device(graph_device_type(ctx))
+    if not plat.has_graph_capture:
+        return None
+    custom, share = _shared_pool(ctx.config)
+    pool = custom if custom is not None or not share else plat.graph_pool_handle()
+    mode = ctx.config.get("npugraphex_config.capture_error_mode")
+    return CaptureFactory(lambda: DeviceGraph(plat, pool if share else None, mode), share)
+
+
 def graph_factory_for(ctx: GraphContext, opaque_forward: bool = False):
-    """A zero-argument factory of capture graphs, or None to run without capture.
+    """A zero-argument factory of capture graphs, or None to run without capture: the device's
+    graphs, else the CPU stand-in :mod:`torchair_dist.platform.stand_ins` picks.
 
     ``opaque_forward``: the forward runs kernels the dispatcher never sees (inductor's), which
     the CPU record stand-in cannot record (it would replay the FX graph's aten ops instead): on
     CPU such a graph gets the emulating stand-in (fixed buffers, the forward runs per replay)."""
-    plat = _platform.for_device(graph_device_type(ctx))
-    cfg = ctx.config
-    custom = cfg.get("aclgraph_config.use_custom_pool")
-    share = custom is not None or not cfg.get("debug.aclgraph.disable_mempool_reuse_in_same_fx")
-    if plat.has_graph_capture:
-        pool = custom if custom is not None or not share else plat.graph_pool_handle()
-        mode = cfg.get("npugraphex_config.capture_error_mode")
-        return CaptureFactory(lambda: DeviceGraph(plat, pool if share else None, mode), share)
-    return stand_ins.capture_factory(plat.device_type, ctx.gm, ctx.graph_name, share,
+    found = device_factory(ctx)
+    if found is not None:
+        return found
+    _, share = _shared_pool(ctx.config)
+    return stand_ins.capture_factory(graph_device_type(ctx), ctx.gm, ctx.graph_name, share,
                                      opaque_forward)
 
 
-def compile_graph(ctx: GraphContext):
-    """Compile one AOT graph for the ACL modes; returns a boxed runner."""
-    generated = generate_forward(ctx.gm, ctx.graph_name)
-    dump_fx_graph(ctx.gm, ctx.config, ctx.graph_name, ctx.rank, generated.source)
-    factory = graph_factory_for(ctx)
-    if factory is None:
-        log.debug("%s: no graph capture on this device; running the generated forward",
-                  ctx.graph_name)
-        return generated.fn
+# -- the steps (the ``backend`` stages of the ACL rows) ------------------------------------
+def codegen_step(build: AclBuild) -> AclBuild:
+    """``acl_codegen``: a generated straight-line forward of the runner's graph."""
+    run_ctx = build.transport.for_runner(build.ctx)
+    generated = generate_forward(run_ctx.gm, run_ctx.graph_name)
 
     def make_forward(c: GraphContext):
-        made = generated if c.gm is ctx.gm else generate_forward(c.gm, c.graph_name)
+        made = generated if c.gm is run_ctx.gm else generate_forward(c.gm, c.graph_name)
         return made.fn, made.source
 
-    return capture_runner(ctx, factory, make_forward)
+    return dataclasses.replace(build, run_ctx=run_ctx, make_forward=make_forward,
+                               source=generated.source, opaque=False)
 
 
-def capture_runner(ctx: GraphContext, factory, make_forward, opaque_forward: bool = False):
-    """The capturing runner of ``ctx``: ``make_forward(ctx) -> (fn, source)`` compiles the
-    graph's forward (``opaque_forward``: see :func:`graph_factory_for`). Integer inputs that
-    only reach tensor ops as values are split out first (:mod:`.sym_values`), so one capture
-    serves every value of them."""
-    split = split_value_ints(ctx.gm)
-    if split is None:
-        fn, source = make_forward(ctx)
-        runner = AclGraphRunner(fn, ctx, factory)
-        runner.source = source
-        return runner
-    log.debug("%s: integer inputs %s are fed as values (one capture for every value)",
-              ctx.graph_name, split.value_positions)
-    values = split.gm.graph.find_nodes(op="placeholder")[-split.n_values:] if split.n_values \
-        else []
-    device_ctx = dataclasses.replace(ctx, gm=split.gm, example_inputs=list(ctx.example_inputs)
-                                     + [p.meta["val"] for p in values])
-    fn, source = make_forward(device_ctx)
-    inner = AclGraphRunner(fn, device_ctx, graph_factory_for(device_ctx, opaque_forward))
-    inner.source = source
-    return ValueIntRunner(split, inner)
+def dump_step(build: AclBuild) -> AclBuild:
+    """``acl_dump``: the FX graph and the generated forward (when there is one) as py/txt."""
+    c = build.run_ctx or build.ctx
+    dump_fx_graph(c.gm, c.config, c.graph_name, c.rank, build.source)
+    return build
+
+
+def device_allows_inductor(ctx: GraphContext) -> bool:
+    """Inductor generates kernels for CPU and CUDA graphs; elsewhere the option is ignored
+    with a warning naming the graph's device."""
+    device = graph_device_type(ctx)
+    if device in ("cpu", "cuda"):
+        return True
+    warnings.warn(f"experimental_config.inductor_kernels is ignored on {device!r} "
+                  f"(graph {ctx.graph_name}): the GE path fuses there", UserWarning,
+                  stacklevel=2)
+    return False
+
+
+def inductor_step(build: AclBuild) -> AclBuild:
+    """``inductor_kernels``: inductor compiles the forward (collectives made functional for
+    it); the generated one, if any, stays only for the dump."""
+    if not device_allows_inductor(build.ctx):
+        return build
+    from .inductor_kernels import compile_forward
+
+    return dataclasses.replace(build, run_ctx=build.transport.for_runner(build.ctx,
+                                                                         functional=True),
+                               make_forward=lambda c: (compile_forward(c), None), opaque=True)
+
+
+def value_ints_step(build: AclBuild) -> AclBuild:
+    """``value_ints``: integer inputs that only reach tensor ops as values are split out, so
+    one capture serves every value of them."""
+    return dataclasses.replace(build, split=split_value_ints(_runner_ctx(build).gm))
+
+
+def device_capture_step(build: AclBuild) -> AclBuild:
+    """``device_capture``: NPU/CUDA graphs capture a graph whose inputs live on the device."""
+    return dataclasses.replace(build, factory=device_factory(_runner_ctx(build)))
+
+
+def capture_step(build: AclBuild) -> AclBuild:
+    """``capture``: the runner that captures per graph key and replays (a device graph's
+    factory from ``device_capture``, else the CPU stand-in's; none: no runner is made)."""
+    c = _runner_ctx(build)
+    split = build.split
+    if split is not None:
+        log.debug("%s: integer inputs %s are fed as values (one capture for every value)",
+                  c.graph_name, split.value_positions)
+        values = split.gm.graph.find_nodes(op="placeholder")[-split.n_values:] \
+            if split.n_values else []
+        c = dataclasses.replace(c, gm=split.gm, example_inputs=list(c.example_inputs)
+                                + [p.meta["val"] for p in values])
+    factory = build.factory
+    if factory is None and not _platform.for_device(graph_device_type(c)).has_graph_capture:
+        _, share = _shared_pool(c.config)
+        factory = stand_ins.capture_factory(graph_device_type(c), c.gm, c.graph_name, share,
+                                            build.opaque)
+    if factory is None:
+        return build
+    fn, source = build.make_forward(c)
+    runner = AclGraphRunner(fn, c, factory)
+    runner.source = source
+    return dataclasses.replace(build, factory=factory,
+                               runner=runner if split is None else ValueIntRunner(split, runner))
+
+
+def _runner_ctx(build: AclBuild) -> GraphContext:
+    if build.run_ctx is None or build.make_forward is None:
+        raise RuntimeError(f"{build.ctx.graph_name}: a capture step runs before any forward "
+                           f"step (acl_codegen / inductor_kernels) in the mode row")
+    return build.run_ctx

@@ -1,26 +1,28 @@
 """The GE backend (``max-autotune``): FX (AOT aten) graph -> GE IR -> a GE runtime.
 
 ``BACKEND`` (a :class:`~torchair_dist.pipeline.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
-names; its ``compile`` is ``compile_graph(ctx)``, and a cache entry is loaded by converting the
-rebuilt graph again. ``compile_graph(ctx)`` converts the graph with the converter registry (:mod:`.converters`),
-serializes the ``ModelDef``, optionally dumps/exports it, loads the bytes into a runtime
-(:mod:`.runtime`: CANN on an Ascend host, else the reference executor) and returns a boxed
-runner with the FX calling convention. Inputs the graph mutates (AOT's ``copy_`` into a
-placeholder) are written back after each run; opaque inputs (a process group passed as a script
-object) are read at conversion time and not fed to GE. User streams (the
-``torchair_dist_streams`` ops) become ``_user_stream_label``/``_user_stream_priority`` op
-attributes and control edges (:mod:`.converters.streams`).
+names; its ``compile(ctx)`` runs the mode row's backend steps on a :class:`GeBuild`, and a cache
+entry is loaded by converting the rebuilt graph again. The steps (each ``build -> build``, run by
+the pipeline in the row's order when their gate and platforms allow): :func:`convert_step`
+converts the graph with the converter registry (:mod:`.converters`); :func:`dump_step` dumps it;
+:func:`cann_options_step` / :func:`cann_dump_step` / :func:`cann_aoe_step` build the CANN
+session/graph options (NPU only); :func:`run_step` loads the serialized ``ModelDef`` into a
+runtime (:mod:`.runtime`: CANN on an Ascend host, else the reference executor) and wraps it in
+a boxed runner with the FX calling convention; :func:`export_step` writes the export on the
+first call. Inputs the graph mutates (AOT's ``copy_`` into a placeholder) are written back after
+each run; opaque inputs (a process group passed as a script object) are read at conversion time
+and not fed to GE. User streams (the ``torchair_dist_streams`` ops) become
+``_user_stream_label``/``_user_stream_priority`` op attributes and control edges
+(:mod:`.converters.streams`).
 
-Options read: ``debug.graph_dump.type/path``,
-``export.export_mode/export_path_dir/export_name/weight_name`` and
-``export.experimental.auto_atc_config_generated`` (export happens on the first call, when the
-weights' values are known; the graph then runs as usual). ``TORCHAIR_DIST_GE_VALIDATE=1`` checks
-every converted graph against the GE operator registry (the GE tests turn it on).
+``TORCHAIR_DIST_GE_VALIDATE=1`` checks every converted graph against the GE operator registry
+(the GE tests turn it on).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Any, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -34,39 +36,91 @@ log = logging.getLogger("torchair_dist")
 ENV_VALIDATE = "TORCHAIR_DIST_GE_VALIDATE"
 
 
-def compile_graph(ctx: GraphContext):
-    """Convert, (dump, export,) load and wrap one AOT forward graph; see the module docstring."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
+@dataclasses.dataclass
+class GeBuild:
+    """What the GE backend's steps build: the converted graph, the CANN options
+    (``(session, graph)``; None where no ``cann_*`` step ran), the runner."""
 
-    with unset_fake_temporarily():  # AOT calls us under its FakeTensorMode; we build real data
-        return _compile(ctx, ctx.config)
+    ctx: GraphContext
+    converted: Optional[ConvertedGraph] = None
+    cann: Optional[Tuple[Dict[str, str], Dict[str, str]]] = None
+    runner: Any = None
 
 
-def _compile(ctx: GraphContext, config: Any):
-    converted = convert_graph(ctx.gm, ctx.example_inputs, ctx.graph_name, ctx.rank,
-                              ctx.world_size,
-                              ref_data=bool(config.get("experimental_config.enable_ref_data")))
+def convert_step(build: GeBuild) -> GeBuild:
+    """``ge_convert``: FX -> GE IR (validated against the registry with the env flag)."""
+    ctx = build.ctx
+    converted = convert_graph(
+        ctx.gm, ctx.example_inputs, ctx.graph_name, ctx.rank, ctx.world_size,
+        ref_data=bool(ctx.config.get("experimental_config.enable_ref_data")))
     if env_flag(ENV_VALIDATE):
         from .registry_check import validate
 
         validate(converted.model)
-    dump_type = config.get("debug.graph_dump.type")
-    if dump_type:
-        from .dump import dump_graph
+    return dataclasses.replace(build, converted=converted)
 
-        name = dump_graph(converted, dump_type, config.get("debug.graph_dump.path"),
-                          ctx.graph_name, ctx.rank)
-        log.info("rank %d: GE graph %s dumped to %s", ctx.rank, ctx.graph_name, name)
-    model_bytes = converted.model.SerializeToString()
+
+def dump_step(build: GeBuild) -> GeBuild:
+    """``ge_dump``: the GE graph as txt/pbtxt/py."""
+    from .dump import dump_graph
+
+    ctx, config = build.ctx, build.ctx.config
+    name = dump_graph(_converted(build), config.get("debug.graph_dump.type"),
+                      config.get("debug.graph_dump.path"), ctx.graph_name, ctx.rank)
+    log.info("rank %d: GE graph %s dumped to %s", ctx.rank, ctx.graph_name, name)
+    return build
+
+
+def cann_options_step(build: GeBuild) -> GeBuild:
+    """``cann_options``: the session/graph options CANN gets."""
+    from .runtime.cann_options import session_and_graph_options
+
+    return dataclasses.replace(build, cann=session_and_graph_options(build.ctx.config))
+
+
+def cann_dump_step(build: GeBuild) -> GeBuild:
+    """``cann_dump``: GE's own data dump options, added to the session's."""
+    from .runtime.cann_options import dump_options
+
+    session, graph = build.cann or ({}, {})
+    ctx = build.ctx
+    return dataclasses.replace(build, cann=({**session, **dump_options(
+        ctx.config, ctx.rank, ctx.world_size)}, graph))
+
+
+def cann_aoe_step(build: GeBuild) -> GeBuild:
+    """``cann_aoe``: AOE tuning options, added to the session's."""
+    from .runtime.cann_options import aoe_options
+
+    session, graph = build.cann or ({}, {})
+    return dataclasses.replace(build, cann=({**session, **aoe_options(build.ctx.config)}, graph))
+
+
+def run_step(build: GeBuild) -> GeBuild:
+    """``ge_run``: load the serialized graph into a runtime; the boxed runner."""
     from .runtime import create_runtime
 
-    runtime = create_runtime(device=input_device(ctx.example_inputs), config=config,
-                             rank=ctx.rank, world_size=ctx.world_size, transport=ctx.transport)
-    runtime.load(model_bytes)
-    runner = make_runner(converted, runtime)
-    if config.get("export.export_mode"):
-        return _exporting(runner, converted, ctx)
-    return runner
+    ctx = build.ctx
+    runtime = create_runtime(device=input_device(ctx.example_inputs), config=ctx.config,
+                             transport=ctx.transport, options=build.cann)
+    converted = _converted(build)
+    runtime.load(converted.model.SerializeToString())
+    return dataclasses.replace(build, runner=make_runner(converted, runtime))
+
+
+def export_step(build: GeBuild) -> GeBuild:
+    """``ge_export``: the first call writes this rank's export, then runs as usual."""
+    if build.runner is None:
+        raise RuntimeError(f"{build.ctx.graph_name}: ge_export runs before ge_run in the row")
+    return dataclasses.replace(build, runner=_exporting(build.runner, _converted(build),
+                                                         build.ctx))
+
+
+def _converted(build: GeBuild) -> ConvertedGraph:
+    if build.converted is None:
+        raise RuntimeError(f"{build.ctx.graph_name}: the mode row's backend steps lack "
+                           f"ge_convert before this step")
+    return build.converted
 
 
 def _exporting(runner, converted: ConvertedGraph, ctx: GraphContext):
@@ -138,14 +192,21 @@ def make_runner(converted: ConvertedGraph, runtime: Any):
 
 
 class GeBackend(Backend):
-    """``max-autotune``: FX -> GE IR -> a GE runtime (:func:`compile_graph`)."""
+    """``max-autotune``: FX -> GE IR -> a GE runtime (the row's steps, see the module doc)."""
 
     name = "ge"
 
     def compile(self, ctx: GraphContext):
-        return compile_graph(ctx)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():  # AOT calls us under its FakeTensorMode; we build real data
+            build = self.run_steps(ctx, GeBuild(ctx))
+        if build.runner is None:
+            raise RuntimeError(f"{ctx.graph_name}: the mode row's backend steps made no runner "
+                               f"(it lacks ge_run)")
+        return build.runner
 
 
 BACKEND = GeBackend()
 
-__all__ = ["BACKEND", "GeBackend", "compile_graph", "make_runner"]
+__all__ = ["BACKEND", "GeBackend", "GeBuild", "make_runner"]

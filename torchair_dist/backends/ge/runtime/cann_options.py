@@ -47,34 +47,38 @@ def _experimental(cfg, glob: Dict[str, str], local: Dict[str, str]) -> None:
     local["frozenInput"] = "1" if cfg.get("experimental_config.frozen_parameter") else "0"
 
 
-def _dump(cfg, glob: Dict[str, str], rank: int, world: int) -> None:
+def _dump_config_path(cfg, glob: Dict[str, str]) -> None:
     if cfg.get("dump_config.dump_config_path") is not None:
         glob["ge_dump_with_acl_config"] = cfg.get("dump_config.dump_config_path")
-    if not cfg.get("dump_config.enable_dump"):
-        return
-    glob["ge.exec.enableDump"] = "1"
-    glob["ge.exec.dumpPath"] = os.path.join(cfg.get("dump_config.dump_path"),
-                                            f"worldsize{world}_global_rank{rank}")
-    glob["ge.exec.dumpMode"] = cfg.get("dump_config.dump_mode")
-    glob["ge.exec.dumpData"] = cfg.get("dump_config.dump_data")
+
+
+def dump_options(cfg, rank: int = 0, world: int = 1) -> Dict[str, str]:
+    """GE's own data dump (the ``cann_dump`` stage: it runs when ``dump_config.enable_dump``)."""
+    glob = {"ge.exec.enableDump": "1",
+            "ge.exec.dumpPath": os.path.join(cfg.get("dump_config.dump_path"),
+                                             f"worldsize{world}_global_rank{rank}"),
+            "ge.exec.dumpMode": cfg.get("dump_config.dump_mode"),
+            "ge.exec.dumpData": cfg.get("dump_config.dump_data")}
     if cfg.get("dump_config.dump_step") is not None:
         glob["ge.exec.dumpStep"] = cfg.get("dump_config.dump_step")
     if cfg.get("dump_config.dump_layer") is not None:
         glob["ge.exec.dumpLayer"] = cfg.get("dump_config.dump_layer")
     glob["ge.quant_dumpable"] = "1" if cfg.get("dump_config.quant_dumpable") else "0"
+    return glob
 
 
-def _aoe(cfg, glob: Dict[str, str]) -> None:
-    if cfg.get("aoe_config.aoe_mode") is None:
-        return
-    glob["ge.jobType"] = cfg.get("aoe_config.aoe_mode")
-    glob["ge.tuningPath"] = cfg.get("aoe_config.work_path")
+def aoe_options(cfg) -> Dict[str, str]:
+    """AOE tuning (the ``cann_aoe`` stage: it runs when ``aoe_config.aoe_mode`` is set)."""
+    glob = {"ge.jobType": cfg.get("aoe_config.aoe_mode"),
+            "ge.tuningPath": cfg.get("aoe_config.work_path")}
     if cfg.get("aoe_config.aoe_config_file") is not None:
         glob["ge.aoe_config_file"] = cfg.get("aoe_config.aoe_config_file")
+    return glob
 
 
-def cann_options(cfg, rank: int = 0, world: int = 1) -> Tuple[Dict[str, str], Dict[str, str]]:
-    """``(global session options, local graph options)`` for the CANN runtime."""
+def session_and_graph_options(cfg) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """``(global session options, local graph options)`` without the dump and AOE parts (the
+    ``cann_options`` stage)."""
     glob: Dict[str, str] = {"ge.exec.staticMemoryPolicy": "2",
                             "ge.opSelectImplmode": "high_precision"}
     local: Dict[str, str] = {}
@@ -82,8 +86,18 @@ def cann_options(cfg, rank: int = 0, world: int = 1) -> Tuple[Dict[str, str], Di
     _ge_config(cfg, glob, local)  # after experimental_config, as TorchAir merges them
     if cfg.get("fusion_config.fusion_switch_file") is not None:
         glob["ge.fusionSwitchFile"] = cfg.get("fusion_config.fusion_switch_file")
-    _dump(cfg, glob, rank, world)
-    _aoe(cfg, glob)
+    _dump_config_path(cfg, glob)
+    return glob, local
+
+
+def cann_options(cfg, rank: int = 0, world: int = 1) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """What the three stages ``cann_options``, ``cann_dump`` and ``cann_aoe`` give together
+    when all run (for tests and tools; a compile gets them from the mode row's steps)."""
+    glob, local = session_and_graph_options(cfg)
+    if cfg.get("dump_config.enable_dump"):
+        glob.update(dump_options(cfg, rank, world))
+    if cfg.get("aoe_config.aoe_mode") is not None:
+        glob.update(aoe_options(cfg))
     return glob, local
 
 
@@ -96,7 +110,6 @@ CANN_OPTION_READS = (
     "experimental_config.topology_sorting_strategy",
     "experimental_config.static_model_ops_lower_limit", "experimental_config.frozen_parameter",
     "fusion_config.fusion_switch_file", "dump_config.dump_config_path",
-    "dump_config.enable_dump", "aoe_config.aoe_mode",
 )
 CANN_DUMP_READS = ("dump_config.dump_path", "dump_config.dump_mode", "dump_config.dump_data",
                    "dump_config.dump_step", "dump_config.dump_layer", "dump_config.quant_dumpable")
