@@ -191,21 +191,22 @@ class CompileStats:
 @contextlib.contextmanager
 def _watch_acl_runners(runners: list):
     """Record every runner the ACL-graph backend builds inside the block (for its
-    ``capture_count``); the backend module's ``compile_graph`` is wrapped, then restored."""
+    ``capture_count``); the backend object's ``compile`` is wrapped, then restored."""
     from torchair_dist.backends import aclgraph
 
-    original = aclgraph.compile_graph
+    backend = aclgraph.BACKEND
+    original = backend.compile
 
     def recording(ctx):
         runner = original(ctx)
         runners.append(runner)
         return runner
 
-    aclgraph.compile_graph = recording
+    backend.compile = recording
     try:
         yield runners
     finally:
-        aclgraph.compile_graph = original
+        del backend.compile  # the class's method again
 
 
 def median_us(times: List[float]) -> float:

@@ -74,3 +74,60 @@ def test_cuda_platform_fields_when_available():
         pytest.skip("no CUDA device on this host (checked on the lent GPU machine)")
     plat = platform.for_device("cuda")
     assert plat.dist_backend == "nccl" and plat.graph_class is torch.cuda.CUDAGraph
+
+
+def test_the_platform_is_chosen_again_after_dynamo_reset(monkeypatch):
+    """``current()`` is kept until ``torch._dynamo.reset()``; then a changed
+    TORCHAIR_DIST_PLATFORM takes effect (the reset hook of base.util clears the choice)."""
+    import torchair_dist
+
+    monkeypatch.setenv("TORCHAIR_DIST_PLATFORM", "cpu")
+    platform.current.cache_clear()
+    try:
+        assert platform.current().name == "cpu"
+        fn = torch.compile(lambda x: x + 1, backend=torchair_dist.get_npu_backend(),
+                           fullgraph=True)
+        assert torch.equal(fn(torch.ones(2)), torch.full((2,), 2.0))
+        monkeypatch.setenv("TORCHAIR_DIST_PLATFORM", "cuda")
+        assert platform.current().name == "cpu"  # kept while the compiled code lives
+        torch._dynamo.reset()
+        chosen = platform.current()
+        assert chosen.name == "cuda" and chosen.dist_backend == "nccl"
+    finally:
+        monkeypatch.delenv("TORCHAIR_DIST_PLATFORM")
+        platform.current.cache_clear()
+
+
+def test_capabilities_are_methods_not_name_tests():
+    """No module outside torchair_dist/platform compares a platform's name; each platform
+    class answers for itself."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(platform.__file__).parents[1]
+    found = []
+    for path in root.rglob("*.py"):
+        if "platform" in path.relative_to(root).parts[:1]:
+            continue
+        text = path.read_text()
+        for m in re.finditer(r"(current\(\)|plat|platform)\.name\s*[!=]=\s*[\"'](npu|cuda|cpu)",
+                             text):
+            found.append(f"{path.relative_to(root)}: {m.group(0)}")
+    assert not found, found
+    plat_src = pathlib.Path(platform.__file__).read_text()
+    assert not re.search(r"self\.name\s*[!=]=", plat_src)
+    cpu = platform.CpuPlatform("cpu", "cpu", "gloo", None, None, None)
+    npu = platform.NpuPlatform("npu", "npu", "hccl", None, None, None)
+    assert cpu.uses_stand_ins and cpu.runs_on_host and not cpu.runs_ge_natively
+    assert npu.runs_ge_natively and not npu.uses_stand_ins
+    assert cpu.device(3) == torch.device("cpu") and cpu.vendor_function("npu_x") is None
+
+
+def test_cpu_capture_variable_is_named_once():
+    import pathlib
+    import re
+
+    root = pathlib.Path(platform.__file__).parents[1]
+    defined = [str(p.relative_to(root)) for p in root.rglob("*.py")
+               if re.search(r"=\s*[\"']TORCHAIR_DIST_CPU_CAPTURE[\"']", p.read_text())]
+    assert defined == ["base/envvars.py"], defined

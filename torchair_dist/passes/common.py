@@ -175,9 +175,7 @@ _warned_graph_only: set = set()
 
 def _custom(name: str) -> Callable:
     def run(gm, example_inputs, config):
-        fn = config.get(name)
-        if fn is None:
-            return gm
+        fn = config.get(name)  # the stage runs only when it is set (its gate)
         if _takes_graph_only(fn):
             key = (name, getattr(fn, "__qualname__", repr(fn)))
             if key not in _warned_graph_only:

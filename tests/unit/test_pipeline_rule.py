@@ -1,0 +1,278 @@
+"""One execution rule for every level of the stage table (issue 32).
+
+* a stage declared with ``gate=`` runs only when its gate says so, whatever its level, though
+  its function checks nothing (a planted pass);
+* no pass of the table re-checks its own gate (read from the source);
+* a backend step removed from a mode's row does not run, and its option is named in the one
+  warning, as for the route level;
+* the README's table numbers each mode's steps in the order that runs: the stages a compile
+  really calls, recorded, are the rendered order filtered by the rule;
+* the second pass list (``COMMON_PASSES`` / ``run_common_passes``) is gone.
+"""
+import dataclasses
+import inspect
+import os
+import re
+import warnings
+
+import pytest
+import torch
+
+import torchair_dist
+from torchair_dist.configs import CompilerConfig
+from torchair_dist.pipeline import stages as pipeline
+
+MODES = ("max-autotune", "npugraph_ex")
+
+
+def _compile(cfg, fn, *inputs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = torch.compile(fn, backend=torchair_dist.get_npu_backend(compiler_config=cfg),
+                            fullgraph=True)(*inputs)
+    torch._dynamo.reset()
+    named = [str(w.message) for w in caught if w.category is UserWarning
+             and "do not take effect" in str(w.message)]
+    return out, named
+
+
+def _with_row(monkeypatch, mode, stages):
+    row = pipeline.MODE_TABLE[mode]
+    monkeypatch.setitem(pipeline.MODE_TABLE, mode, pipeline.ModeRow(
+        row.mode, row.backend, tuple(stages), row.cache_format, row.doc))
+
+
+# -- a planted pass: gate= and no check inside ---------------------------------------------
+@pytest.mark.parametrize("mode", MODES)
+def test_a_gated_pass_without_a_check_of_its_own_runs_only_when_its_gate_is_on(
+        mode, monkeypatch):
+    calls = []
+
+    def planted(gm, example_inputs, config):  # checks no option: the table's gate decides
+        calls.append(len(gm.graph.nodes))
+        return gm
+
+    stage = pipeline.Stage("planted", "tests_planted:planted", "aot-pass", "a planted pass",
+                           gate="debug.deadlock_check")
+    monkeypatch.setitem(pipeline.STAGES, "planted", stage)
+    monkeypatch.setitem(pipeline._resolved, stage.fn, planted)
+    row = pipeline.MODE_TABLE[mode].stages
+    at = row.index("validate")
+    _with_row(monkeypatch, mode, row[:at] + ("planted",) + row[at:])
+
+    x = torch.randn(4)
+    cfg = CompilerConfig()
+    cfg.mode = mode
+    out, _ = _compile(cfg, lambda t: t * 2 + 1, x)
+    assert torch.equal(out, x * 2 + 1)
+    assert calls == []  # gate off: not run
+    cfg.debug.deadlock_check = True
+    out, _ = _compile(cfg, lambda t: t * 3 + 1, x)
+    assert torch.equal(out, x * 3 + 1)
+    assert len(calls) == 1  # gate on: run once, on the one graph
+
+
+def test_a_stage_off_its_platforms_does_not_run(monkeypatch):
+    calls = []
+
+    def planted(gm, example_inputs, config):
+        calls.append(1)
+        return gm
+
+    stage = pipeline.Stage("planted", "tests_planted:planted", "aot-pass", "a planted pass",
+                           platforms=frozenset({"npu"}))
+    monkeypatch.setitem(pipeline.STAGES, "planted", stage)
+    monkeypatch.setitem(pipeline._resolved, stage.fn, planted)
+    row = pipeline.MODE_TABLE["npugraph_ex"].stages
+    _with_row(monkeypatch, "npugraph_ex", ("planted",) + row)
+    cfg = CompilerConfig()
+    cfg.mode = "npugraph_ex"
+    _compile(cfg, lambda t: t + 1, torch.randn(2))
+    assert calls == []
+    monkeypatch.setattr(pipeline, "current_platform", lambda: "npu")
+    _compile(cfg, lambda t: t + 2, torch.randn(2))
+    assert calls == [1]
+
+
+def test_no_pass_checks_its_own_gate():
+    """The table's gate is the only switch: a stage function that returns early on its own
+    gate option would be a second rule (a pass may still read an option's value to use it,
+    as topology_sort reads its strategy)."""
+    found = []
+    for stage in pipeline.STAGES.values():
+        if stage.gate is None:
+            continue
+        source = inspect.getsource(pipeline.resolve(stage))
+        early = r"if [^\n]*\.get\(\s*[\"']" + re.escape(stage.gate) + r"[\"']\)[^\n]*:\s*\n\s*return"
+        if re.search(early, source):
+            found.append(f"{stage.name} ({stage.fn}) returns early on its gate {stage.gate}")
+    assert not found, "\n".join(found)
+
+
+def test_the_second_pass_list_is_gone():
+    from torchair_dist.passes import common
+
+    assert not hasattr(common, "COMMON_PASSES") and not hasattr(common, "run_common_passes")
+    assert not hasattr(pipeline, "passes_of")
+
+
+# -- backend steps run from the row ---------------------------------------------------------
+def _spy_levels(monkeypatch, levels=None):
+    """Record every stage the pipeline calls (all levels, or ``levels``), in call order."""
+    seen = []
+    real = pipeline.resolve
+
+    def spy(stage):
+        fn = real(stage)
+        if levels is not None and stage.level not in levels:
+            return fn
+
+        def call(*args, **kwargs):
+            seen.append(stage.name)
+            return fn(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(pipeline, "resolve", spy)
+    return seen
+
+
+def test_a_removed_acl_backend_step_does_not_run_and_its_option_is_named(monkeypatch, tmp_path):
+    cfg = CompilerConfig()
+    cfg.mode = "npugraph_ex"
+    cfg.debug.graph_dump.type = "py"
+    cfg.debug.graph_dump.path = str(tmp_path)
+    seen = _spy_levels(monkeypatch, {"backend"})
+    x = torch.randn(4)
+    out, named = _compile(cfg, lambda t: torch.relu(t) * 2, x)
+    assert torch.equal(out, torch.relu(x) * 2) and named == []
+    assert seen == ["acl_codegen", "acl_dump", "value_ints", "capture"]  # the row's order
+    assert os.listdir(tmp_path), "acl_dump wrote nothing"
+
+    seen.clear()
+    dump_dir = tmp_path / "second"
+    dump_dir.mkdir()
+    cfg.debug.graph_dump.path = str(dump_dir)
+    row = pipeline.MODE_TABLE["npugraph_ex"].stages
+    _with_row(monkeypatch, "npugraph_ex", [s for s in row if s != "acl_dump"])
+    out, named = _compile(cfg, lambda t: torch.relu(t) * 3, x)
+    assert torch.equal(out, torch.relu(x) * 3)
+    assert "acl_dump" not in seen and os.listdir(dump_dir) == []
+    assert len(named) == 1 and "config.debug.graph_dump.type='py'" in named[0]
+
+
+def test_a_removed_ge_backend_step_does_not_run_and_its_option_is_named(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    cfg = CompilerConfig()
+    cfg.mode = "max-autotune"
+    cfg.debug.graph_dump.type = "txt"
+    cfg.debug.graph_dump.path = str(tmp_path / "dump")
+    os.makedirs(tmp_path / "dump")
+    seen = _spy_levels(monkeypatch, {"backend"})
+    x = torch.randn(4)
+    out, named = _compile(cfg, lambda t: torch.relu(t) * 2, x)
+    assert torch.equal(out, torch.relu(x) * 2) and named == []
+    assert seen == ["ge_convert", "ge_dump", "ge_run"]
+    assert os.listdir(tmp_path / "dump")
+
+    seen.clear()
+    os.makedirs(tmp_path / "dump2")
+    cfg.debug.graph_dump.path = str(tmp_path / "dump2")
+    row = pipeline.MODE_TABLE["max-autotune"].stages
+    _with_row(monkeypatch, "max-autotune", [s for s in row if s != "ge_dump"])
+    out, named = _compile(cfg, lambda t: torch.relu(t) * 3, x)
+    assert torch.equal(out, torch.relu(x) * 3)
+    assert seen == ["ge_convert", "ge_run"] and os.listdir(tmp_path / "dump2") == []
+    assert len(named) == 1 and "config.debug.graph_dump.type='txt'" in named[0]
+
+
+# -- the README's order is the order that runs ---------------------------------------------
+def rendered_order(mode):
+    """The stages of ``mode`` in the order of their step numbers in ``render()``'s table."""
+    lines = pipeline.render().splitlines()
+    head = next(line for line in lines if line.startswith("| stage |"))
+    cols = [c.strip() for c in head.strip("|").split("|")]
+    col = cols.index(f"`{mode}`")
+    numbered = []
+    for line in lines[lines.index(head) + 2:]:
+        if not line.startswith("| "):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[col]:
+            numbered.append((int(cells[col]), cells[0]))
+    numbers = [n for n, _ in numbered]
+    assert sorted(numbers) == list(range(1, len(numbers) + 1)), f"{mode}: steps {numbers}"
+    return [name for _, name in sorted(numbered)]
+
+
+def _busy_config(mode, tmp_path):
+    """A config under which most gated stages of ``mode`` run on CPU."""
+    cfg = CompilerConfig()
+    cfg.mode = mode
+    cfg.post_grad_custom_pre_pass = lambda gm, example_inputs, config: None
+    cfg.post_grad_custom_post_pass = lambda gm, example_inputs, config: None
+    cfg.experimental_config.npu_fx_pass = True
+    cfg.debug.deadlock_check = True
+    cfg.debug.graph_dump.type = "py" if mode == "npugraph_ex" else "txt"
+    cfg.debug.graph_dump.path = str(tmp_path)
+    if mode == "max-autotune":
+        cfg.ge_config.oo_constant_folding = True
+        cfg.ge_config.oo_dead_code_elimination = True
+        cfg.experimental_config.topology_sorting_strategy = "BFS"
+    else:
+        cfg.debug.aclgraph.remove_cat_ops = True
+    return cfg
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "npugraph_ex", "reduce-overhead"])
+def test_the_rendered_order_is_the_order_that_runs(mode, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    cfg = _busy_config(mode, tmp_path)
+    seen = _spy_levels(monkeypatch)
+    x = torch.randn(4, 4)
+
+    def f(t):
+        return torch.cat([t @ t, t + 1]).view(-1).relu()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        out, _ = _compile(cfg, f, x)
+    torch.testing.assert_close(out, f(x))
+    rule = [name for name in rendered_order(mode)
+            if pipeline.applies(pipeline.STAGES[name], cfg)]
+    assert seen == rule
+    assert len(seen) >= 20  # the busy config really exercises the row
+
+
+def test_the_table_reads_top_down_in_every_mode():
+    """The README's rows are in an order every mode's numbers increase down."""
+    names = list(pipeline.STAGES)
+    for mode in pipeline.MODE_TABLE:
+        order = rendered_order(mode)
+        assert order == sorted(order, key=names.index), mode
+
+
+def test_mode_rows_are_data_not_slices():
+    """Each row is a tuple of names written once (no slicing of a shared tuple)."""
+    source = inspect.getsource(pipeline)
+    assert "_SPLIT" not in source and "_ENTRY" not in source
+    for row in pipeline.MODE_TABLE.values():
+        assert len(set(row.stages)) == len(row.stages), row.mode
+
+
+def test_backends_start_no_step_themselves():
+    """A backend's compile hands its build to the row's runner; outside the route (no runner)
+    it refuses, naming why."""
+    from torchair_dist.backends import aclgraph, ge
+    from torchair_dist.pipeline.graph_context import GraphContext
+
+    gm = torch.fx.symbolic_trace(lambda t: t + 1)
+    ctx = GraphContext(gm=gm, example_inputs=[torch.ones(2)], config=CompilerConfig(),
+                       static_input_indices=[], mutated_input_indices=[], graph_name="g")
+    for backend in (aclgraph.BACKEND, ge.BACKEND):
+        with pytest.raises(RuntimeError, match="outside the pipeline's route"):
+            backend.compile(ctx)
+    empty_row = dataclasses.replace(ctx, run_steps=lambda build: build)  # a row without steps
+    with pytest.raises(RuntimeError, match="made no forward"):
+        aclgraph.BACKEND.compile(empty_row)
+    with pytest.raises(RuntimeError, match="made no runner"):
+        ge.BACKEND.compile(empty_row)
