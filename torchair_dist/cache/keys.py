@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import inspect
 import json
+import pathlib
 import sys
 import types
 from typing import Any, Dict, List, Optional
@@ -22,8 +24,118 @@ def _versions() -> Dict[str, Any]:
     from .. import _version
 
     return {"format": FORMAT_VERSION, "torch": torch.__version__,
-            "torchair_dist": _version.__version__,
+            "torchair_dist": _version.__version__, "library": library_digest(),
             "python": "%d.%d" % sys.version_info[:2]}
+
+
+# The code that shapes a stored graph (paths under the package; a folder: every .py in it):
+# the passes and the pipeline that runs them, the dynamo-level rewrites, the decompositions,
+# the GE converters and lowering. An entry written by other code of these is never loaded.
+LIBRARY_SOURCES = ("passes", "pipeline", "streams/rewrite.py", "collectives/decompositions.py",
+                   "collectives/p2p.py", "backends/ge/converters", "backends/ge/lowering.py",
+                   "backends/ge/fx2ge.py")
+
+
+@functools.lru_cache(maxsize=1)
+def library_digest() -> str:
+    """sha256 of the source of :data:`LIBRARY_SOURCES` (computed once per process, on first
+    use): the library's identity in the key, so a changed pass or converter with the same
+    ``__version__`` never loads a graph an older one shaped."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for entry in LIBRARY_SOURCES:
+        path = root / entry
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for f in files:
+            h.update(str(f.relative_to(root)).encode())
+            h.update(b"\0")
+            h.update(f.read_bytes())
+            h.update(b"\0")
+    return h.hexdigest()
+
+
+def _code_identity_of(code: types.CodeType, h) -> None:
+    """Feed ``h`` what a code object does: its bytecode, names, constants (nested code
+    objects by their own identity), never its file or line numbers."""
+    h.update(code.co_code)
+    h.update(repr((code.co_names, code.co_varnames, code.co_freevars, code.co_argcount,
+                   code.co_kwonlyargcount, code.co_flags)).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            h.update(b"<code>")
+            _code_identity_of(const, h)
+        else:
+            h.update(repr(const).encode())
+        h.update(b"\0")
+
+
+def callable_identity(fn: Any, depth: int = 0) -> str:
+    """What a callable option is, the same in every process: a function by its qualified
+    name and its code (bytecode, names, constants, nested functions' code), its defaults and
+    closure values; a ``functools.partial`` by its function and arguments; an object with
+    ``uuid()`` (inductor's ``CustomGraphPass``, as vLLM hashes its passes) by that; another
+    callable object by its class's and ``__call__``'s identity. Never by address."""
+    if depth > 4:
+        return f"{type(fn).__module__}.{type(fn).__qualname__}"
+    if isinstance(fn, functools.partial):
+        return (f"partial({callable_identity(fn.func, depth + 1)},"
+                f"{option_fingerprint(fn.args, depth + 1)},"
+                f"{option_fingerprint(fn.keywords, depth + 1)})")
+    if isinstance(fn, types.MethodType):
+        return (f"method {callable_identity(fn.__func__, depth + 1)} of "
+                f"{option_fingerprint(fn.__self__, depth + 1)}")
+    code = getattr(fn, "__code__", None)
+    if isinstance(code, types.CodeType):
+        h = hashlib.sha256()
+        _code_identity_of(code, h)
+        closure = []
+        for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+            try:
+                closure.append(f"{name}={option_fingerprint(cell.cell_contents, depth + 1)}")
+            except ValueError:  # an empty cell
+                closure.append(f"{name}=<empty>")
+        defaults = option_fingerprint(getattr(fn, "__defaults__", None), depth + 1)
+        kwdefaults = option_fingerprint(getattr(fn, "__kwdefaults__", None), depth + 1)
+        return (f"function {getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}:"
+                f"{h.hexdigest()}:defaults={defaults}:{kwdefaults}:closure=[{','.join(closure)}]")
+    uuid = getattr(fn, "uuid", None)
+    if callable(uuid):
+        return f"{type(fn).__module__}.{type(fn).__qualname__} uuid={uuid()!r}"
+    if isinstance(fn, type) or not hasattr(type(fn), "__call__") or \
+            isinstance(fn, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+    call = getattr(type(fn), "__call__")
+    state = option_fingerprint(dict(vars(fn)) if hasattr(fn, "__dict__") else None, depth + 1)
+    return (f"{type(fn).__module__}.{type(fn).__qualname__} "
+            f"call={callable_identity(call, depth + 1)} state={state}")
+
+
+def option_fingerprint(value: Any, depth: int = 0) -> str:
+    """A config option's value as the same text in every process: plain values by ``repr``,
+    containers item by item, callables by :func:`callable_identity` (``repr`` of a function
+    holds its address, which no other process shares)."""
+    if isinstance(value, _SIMPLE) or isinstance(value, enum.Enum):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return f"{type(value).__name__}[{','.join(option_fingerprint(v, depth + 1) for v in value)}]"
+    if isinstance(value, (set, frozenset)):
+        return f"set[{','.join(sorted(option_fingerprint(v, depth + 1) for v in value))}]"
+    if isinstance(value, dict):
+        items = sorted(f"{option_fingerprint(k, depth + 1)}:{option_fingerprint(v, depth + 1)}"
+                       for k, v in value.items())
+        return f"dict{{{','.join(items)}}}"
+    if isinstance(value, torch.Tensor):
+        return f"{type(value).__name__}({value.dtype},{tuple(value.shape)})"
+    if callable(value):
+        return callable_identity(value, depth)
+    if depth > 4 or not hasattr(value, "__dict__"):
+        return f"{type(value).__module__}.{type(value).__qualname__}"
+    return f"{type(value).__qualname__}{option_fingerprint(dict(vars(value)), depth + 1)}"
+
+
+def config_parts(config) -> List[str]:
+    """The config's part of the model key: every option by :func:`option_fingerprint`."""
+    return [f"{k}={option_fingerprint(v)}" for k, v in sorted(config.as_dict().items())]
 
 
 def _state_tensors(module: torch.nn.Module):
@@ -233,7 +345,9 @@ def model_key(module: torch.nn.Module, func_name: str, config, decompositions: D
     structure and state shapes/placements/meshes, the process groups and device meshes its
     submodules hold (by ranks, never by c10d's creation-order names), the values the graph
     baked in (:func:`baked_values`: plain attributes, globals and closure values the forward
-    reads), every config option and the decompositions."""
+    reads), every config option (:func:`config_parts`: a user pass by what it is, never by
+    address), the decompositions, and the library's own graph-shaping code
+    (:func:`library_digest`)."""
     h = hashlib.md5()
     parts = [json.dumps(_versions(), sort_keys=True), func_name, str(module)]
     parts += baked_values(module, func_name)
@@ -243,7 +357,7 @@ def model_key(module: torch.nn.Module, func_name: str, config, decompositions: D
                      f"{getattr(t, 'placements', '')}:"
                      f"{describe(getattr(t, 'device_mesh', None)) or ''}")
     parts += module_groups(module)
-    parts += [f"{k}={v!r}" for k, v in sorted(config.as_dict().items())]
+    parts += config_parts(config)
     for op, fn in sorted(decompositions.items(), key=lambda kv: str(kv[0])):
         code = getattr(fn, "__code__", None)
         parts.append(f"{op}:{getattr(fn, '__qualname__', fn)}:"

@@ -1,0 +1,122 @@
+"""The compile cache's key across processes: a user pass is keyed by what it is, never by its
+address, and the library's own graph-shaping code is part of the key (issue 32).
+
+Each run is a fresh process sharing one cache directory, compiling the same model in both
+modes with a user ``post_grad_custom_post_pass`` (as TorchAir users set it):
+same pass -> the second process loads; changed pass body -> compiled; the library's pass code
+changed (a copy of the package whose ``passes/common.py`` differs) -> compiled.
+"""
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import torchair_dist
+from torchair_dist.cache import keys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(torchair_dist.__file__)))
+
+SCRIPT = """
+import sys, pathlib, torch, torchair_dist
+sys.path.insert(0, {here!r})
+from test_cache import Net, X, check
+
+def user_pass(gm, example_inputs, config):
+    {body}
+
+sources = []
+for mode in ("npugraph_ex", "max-autotune"):
+    cfg = torchair_dist.CompilerConfig()
+    cfg.mode = mode
+    cfg.post_grad_custom_post_pass = user_pass
+    net = Net().eval()
+    fn = torchair_dist.cache_compile(net.forward, config=cfg,
+                                     cache_dir=str(pathlib.Path({cache!r}) / mode))
+    check(net, fn(X))
+    sources.append(fn.last_source)
+print(torchair_dist.__file__)
+print(" ".join(sources))
+"""
+
+
+def _run(cache, body, pythonpath):
+    """One fresh process importing torchair_dist from ``pythonpath`` (run outside the
+    checkout: ``python -c`` puts the working directory first on sys.path)."""
+    script = textwrap.dedent(SCRIPT).format(here=HERE, cache=str(cache), body=body)
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", PYTHONPATH=pythonpath)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=str(cache.parent))
+    assert r.returncode == 0, r.stderr[-4000:]
+    where, sources = r.stdout.strip().splitlines()[-2:]
+    return where, sources.split()
+
+
+def test_user_pass_and_library_code_in_the_key_across_processes(tmp_path):
+    cache = tmp_path / "cache"
+    same = "gm.graph.lint()"
+    where, first = _run(cache, same, PACKAGE)
+    assert where.startswith(PACKAGE) and first == ["compiled", "compiled"]
+    assert _run(cache, same, PACKAGE)[1] == ["cache", "cache"]  # the same pass: a hit
+    changed = "gm.graph.lint(); gm.recompile()"
+    assert _run(cache, changed, PACKAGE)[1] == ["compiled", "compiled"]  # its body changed
+
+    copy = tmp_path / "lib"
+    shutil.copytree(os.path.join(PACKAGE, "torchair_dist"), copy / "torchair_dist",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    common = copy / "torchair_dist" / "passes" / "common.py"
+    text = common.read_text()
+    common.write_text(text.replace('    """Replace ``aten.view`` by ``aten.reshape``',
+                                   '    """(changed) Replace ``aten.view`` by ``aten.reshape``'))
+    assert common.read_text() != text
+    where, sources = _run(cache, same, str(copy))
+    assert where.startswith(str(copy))
+    assert sources == ["compiled", "compiled"]  # a library pass changed, same __version__
+    assert _run(cache, same, PACKAGE)[1] == ["cache", "cache"]  # the original still hits
+
+
+# -- the identity functions themselves (in process) -----------------------------------------
+def _make(scale):
+    def user_pass(gm, example_inputs, config):
+        return gm if scale > 1 else None
+    return user_pass
+
+
+def test_callable_identity_is_what_the_function_is():
+    a, b = _make(2), _make(2)
+    assert a is not b and keys.callable_identity(a) == keys.callable_identity(b)
+    assert "0x" not in keys.callable_identity(a)
+    assert keys.callable_identity(_make(3)) != keys.callable_identity(a)  # a closure value
+
+    def other(gm, example_inputs, config):
+        return gm if gm is None else None
+
+    assert keys.callable_identity(other) != keys.callable_identity(a)
+    assert keys.callable_identity(functools.partial(a, 1)) != \
+        keys.callable_identity(functools.partial(a, 2))
+
+    class WithUuid:
+        def __call__(self, graph):
+            pass
+
+        def uuid(self):
+            return "v1"
+
+    assert keys.callable_identity(WithUuid()).endswith("uuid='v1'")
+
+
+def test_config_part_of_the_key_holds_no_address():
+    cfg = torchair_dist.CompilerConfig()
+    cfg.post_grad_custom_post_pass = _make(2)
+    cfg.post_grad_custom_pre_pass = lambda gm, example_inputs, config: None
+    parts = keys.config_parts(cfg)
+    assert not [p for p in parts if " at 0x" in p], parts
+
+
+@pytest.mark.parametrize("entry", keys.LIBRARY_SOURCES)
+def test_library_sources_exist(entry):
+    assert os.path.exists(os.path.join(os.path.dirname(torchair_dist.__file__), entry))
