@@ -28,7 +28,7 @@ NS = "torchair_dist_streams"
 @pytest.fixture
 def recorded():
     torch._dynamo.reset()
-    with compiler.record_graphs(after="custom_post_pass") as graphs:
+    with compiler.record_graphs(after="view_to_reshape") as graphs:  # custom_post_pass: unset
         yield graphs
     torch._dynamo.reset()
     stream_api._forget_tagged_events()
