@@ -1,4 +1,9 @@
-"""Per-rank graph backends. Each backend package exposes ``compile_graph(ctx) -> runner``.
+"""Per-rank graph backends: ``aclgraph`` (``npugraph_ex`` / ``reduce-overhead``) and ``ge``
+(``max-autotune``).
 
-A backend never imports another backend; ``torchair_dist.pipeline.route`` picks one per mode.
+Each package exposes ``BACKEND``, a :class:`~torchair_dist.pipeline.graph_context.Backend`
+(``compile(ctx) -> runner``, ``load(entry, ctx) -> runner``) that the mode table names, and the
+step functions its mode rows list at the ``backend`` level (``build -> build``): ``compile``
+starts a build and the pipeline's runner runs the row's steps on it (``ctx.run_steps``).
+A backend never imports another backend; the route's ``compile`` stage picks one per mode.
 """

@@ -17,7 +17,9 @@ CPU_CAPTURE_ENV = "TORCHAIR_DIST_CPU_CAPTURE"  # read by the CPU wing, named by 
 
 # name -> (accepted values, what it does)
 VARIABLES: Dict[str, tuple] = {
-    "TORCHAIR_DIST_PLATFORM": ("npu | cuda | cpu", "force the platform (e.g. CPU on a GPU host)"),
+    "TORCHAIR_DIST_PLATFORM": ("npu | cuda | cpu",
+                               "force the platform (e.g. CPU on a GPU host); read on first use "
+                               "and again after torch._dynamo.reset()"),
     "TORCHAIR_DIST_DISABLE_NPU": ("0 | 1", "1: do not probe torch_npu"),
     CPU_CAPTURE_ENV: ("record | emulate | off",
                                   "the CPU stand-in for a device graph (default record)"),

@@ -31,7 +31,7 @@ rebuild the caller's result:
   pytree's registry) and per leaf a graph output, a view of one, an argument, or a constant.
 
 Load = read + verify + ``FakeTensorProp`` (re-creates ``meta['val']``) + the mode's backend
-``compile_graph`` + the cross-rank consistency guard. Dynamo, AOT autograd, decompositions and
+(``load``: its row's backend steps) + the cross-rank consistency guard. Dynamo, AOT autograd, decompositions and
 the graph passes are skipped; that is the warm-start saving. Calls of a loaded entry skip
 Dynamo's guards and AOT's runtime wrapper too (as TorchAir's ``cache_compile`` does): the call's
 key (shapes, strides, dtypes, devices and scalar values; ``keys.fast_key`` for positional plain

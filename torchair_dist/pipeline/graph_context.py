@@ -15,7 +15,7 @@ from ..base.util import current_rank_and_world  # noqa: F401 - re-exported
 
 @dataclasses.dataclass
 class GraphContext:
-    """Input of ``compile_graph`` in every backend.
+    """What every backend's ``compile``/``load`` gets: one graph and what is known about it.
 
     Attributes:
         gm: the AOT (functionalized, aten-level) forward graph after the common passes.

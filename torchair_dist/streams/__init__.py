@@ -2,7 +2,8 @@
 
 * :mod:`.api`: ``npu_stream_switch``, ``npu_wait_tensor``, tagged events, ``record_stream``.
 * :mod:`.stream_ops`: the ``torchair_dist_streams`` op library those APIs (and the rewrite) emit.
-* :mod:`.rewrite`: ``rewrite_streams``, run on the Dynamo graph before AOT in the ACL modes.
+* :mod:`.rewrite`: ``rewrite_streams``, the ``streams`` stage: run on the Dynamo graph before
+  AOT in every mode (the ACL modes run the ops, the GE mode turns them into stream attributes).
 * :mod:`.runtime`: the ops' kernels (ordering only on CPU; real streams with a device).
 """
 from ..errors import StreamApiError
