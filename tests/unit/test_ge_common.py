@@ -29,7 +29,7 @@ BUILT_GRAPHS = []  # every ModelDef the GE tests build, each validated when it w
 
 @pytest.fixture(autouse=True)
 def ge_validate(monkeypatch):
-    """compile_graph validates every GE graph against the registry while GE tests run."""
+    """The GE backend validates every GE graph against the registry while GE tests run."""
     monkeypatch.setenv("TORCHAIR_DIST_GE_VALIDATE", "1")
     yield
 

@@ -1,4 +1,4 @@
-"""compile_graph end to end: torch.compile -> AOT -> GE -> reference executor, against eager.
+"""The GE backend end to end: torch.compile -> AOT -> GE -> reference executor, against eager.
 Also: dynamic shapes, input mutation write-back, run_eagerly, unsupported-op errors, dumps."""
 import glob
 import math

@@ -49,6 +49,7 @@ def record_graphs(after: Optional[str] = None):
 
     With ``after="overlap"`` (any AOT-pass stage of ``pipeline.STAGES``): a copy of each graph
     as that stage left it; the real pipeline still runs to the end (vLLM's TestBackend idiom).
+    A stage that does not run (its gate is off, or not on this platform) records nothing.
     """
     if after is not None and (after not in pipeline.STAGES
                               or pipeline.STAGES[after].level != "aot-pass"):
