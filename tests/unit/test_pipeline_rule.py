@@ -103,7 +103,8 @@ def test_no_pass_checks_its_own_gate():
         if stage.gate is None:
             continue
         source = inspect.getsource(pipeline.resolve(stage))
-        early = r"if [^\n]*\.get\(\s*[\"']" + re.escape(stage.gate) + r"[\"']\)[^\n]*:\s*\n\s*return"
+        early = (r"if [^\n]*\.get\(\s*[\"']" + re.escape(stage.gate)
+                 + r"[\"']\)[^\n]*:\s*\n\s*return")
         if re.search(early, source):
             found.append(f"{stage.name} ({stage.fn}) returns early on its gate {stage.gate}")
     assert not found, "\n".join(found)

@@ -103,7 +103,8 @@ def callable_identity(fn: Any, depth: int = 0) -> str:
         return f"{type(fn).__module__}.{type(fn).__qualname__} uuid={uuid()!r}"
     if isinstance(fn, type) or not hasattr(type(fn), "__call__") or \
             isinstance(fn, (types.BuiltinFunctionType, types.BuiltinMethodType)):
-        return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+        name = getattr(fn, "__qualname__", type(fn).__qualname__)
+        return f"{getattr(fn, '__module__', '')}.{name}"
     call = getattr(type(fn), "__call__")
     state = option_fingerprint(dict(vars(fn)) if hasattr(fn, "__dict__") else None, depth + 1)
     return (f"{type(fn).__module__}.{type(fn).__qualname__} "
@@ -117,7 +118,8 @@ def option_fingerprint(value: Any, depth: int = 0) -> str:
     if isinstance(value, _SIMPLE) or isinstance(value, enum.Enum):
         return repr(value)
     if isinstance(value, (list, tuple)):
-        return f"{type(value).__name__}[{','.join(option_fingerprint(v, depth + 1) for v in value)}]"
+        items = [option_fingerprint(v, depth + 1) for v in value]
+        return f"{type(value).__name__}[{','.join(items)}]"
     if isinstance(value, (set, frozenset)):
         return f"set[{','.join(sorted(option_fingerprint(v, depth + 1) for v in value))}]"
     if isinstance(value, dict):

@@ -3,7 +3,8 @@
 Reading this module is reading the pipeline. A :class:`Stage` names one step, the function that
 runs it, the graph it works on, the option that gates it, the options it reads, where it takes
 effect and whether its result can be dumped. A :class:`ModeRow` lists, for one
-``CompilerConfig.mode``, its backend, its stages in order and the format its cache entries use.
+``CompilerConfig.mode``, its backend, its stages in order (a tuple of names written once: the
+order they run, which the README's table numbers per mode) and the format its cache entries use.
 
 The table runs the pipeline: every stage of every level is called by one runner
 (:func:`run_stages`), in the row's order, when its platforms and gate say so (:func:`applies`);
@@ -60,8 +61,9 @@ class Stage:
 
     ``gate``/``runs_when``: the option that switches the stage on or off and the predicate on its
     value that says the stage runs (``None``: the stage always runs). ``reads``: the options the
-    stage uses when it runs (the gate is read whenever the stage is part of the mode).
-    ``platforms``: where those reads take effect (a callable for a run-time decision).
+    stage uses when it runs (the gate is read whenever the stage is part of the mode and on
+    its platform). ``platforms``: where the stage runs and those reads take effect (a callable
+    for a run-time decision).
     """
 
     name: str
@@ -232,7 +234,8 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "integer inputs that only reach tensor ops as values are fed as 0-d tensors and "
           "their host arithmetic runs per call, so one capture serves every value",
           platforms=_capture_platforms),
-    Stage("device_capture", "torchair_dist.backends.aclgraph.compile:device_capture_step", "backend",
+    Stage("device_capture", "torchair_dist.backends.aclgraph.compile:device_capture_step",
+          "backend",
           "NPU/CUDA graph capture itself", reads=("npugraphex_config.capture_error_mode",),
           platforms=DEVICES),
     Stage("capture", "torchair_dist.backends.aclgraph.compile:capture_step", "backend",
