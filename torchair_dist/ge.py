@@ -255,7 +255,7 @@ def register_fx_node_ge_converter(aten_op: Any) -> Callable[[Callable], Callable
             return _unwrap(out, aten_op)
 
         key = _registry.target_key(aten_op)
-        _registry.CONVERTERS.pop(key, None)
+        _registry.unregister(key)
         _registry.register([aten_op], ())(convert)
         return fn
 

@@ -226,7 +226,7 @@ def _adaptive_max_pool2d(cx, x, output_size):
     as torch's indices)."""
     cx.require_float(x, "AdaptiveMaxPool2d")
     (vdt, vshape), (idt, ishape) = cx.out(0), cx.out(1)
-    work = x.dtype if x.dtype in (torch.float32, torch.float16, torch.float64) else torch.float32
+    work = cx.work_dtype("AdaptiveMaxPool2d", x.dtype)
     y, idx = cx.emit("AdaptiveMaxPool2d", [("x", cx.cast(x, work))],
                      {"output_size": [int(v) for v in output_size]},
                      [("y", (work, tuple(vshape))), ("argmax", (torch.int64, tuple(ishape)))])
@@ -245,9 +245,34 @@ def _grid_sampler_3d(cx, x, grid, interpolation_mode, padding_mode, align_corner
         raise UnsupportedOpError(f"%{cx.node.name}: 3-D grid sampling with interpolation mode "
                                  f"{interpolation_mode} (bilinear and nearest have a lowering)")
     dtype, shape = cx.out()
-    work = x.dtype if x.dtype in (torch.float32, torch.float64, torch.float16) else torch.float32
+    work = cx.work_dtype("GridSampler3D", x.dtype)
     y = cx.emit1("GridSampler3D", [("x", cx.cast(x, work)), ("grid", cx.cast(grid, work))],
                  {"interpolation_mode": _GRID_MODES[interpolation_mode],
                   "padding_mode": _GRID_PADDING[padding_mode], "data_format": "NCDHW",
                   "align_corners": bool(align_corners)}, (work, tuple(shape)))
+    return cx.cast(y, dtype)
+
+
+@register([aten.avg_pool2d.default], ["AvgPoolV2", "Reshape", "Cast", "Const"])
+def _avg_pool2d(cx, x, kernel_size, stride=(), padding=0, ceil_mode=False,
+                count_include_pad=True, divisor_override=None):
+    cx.require_float(x, "AvgPoolV2")
+    dtype, shape = cx.out()
+    k = list(kernel_size) * (2 if len(kernel_size) == 1 else 1)
+    s = list(stride or k)
+    s = s * (2 if len(s) == 1 else 1)
+    p = [padding] * 2 if isinstance(padding, int) else list(padding) * (2 if len(padding) == 1 else 1)
+    unbatched = len(x.shape) == 3
+    if unbatched:
+        x = cx.reshape(x, [1, *x.shape], (1, *x.shape))
+    work = torch.float32 if x.dtype == torch.bfloat16 else x.dtype
+    y = cx.emit1("AvgPoolV2", [("x", cx.cast(x, work))],
+                 {"ksize": [1, 1, *k], "strides": [1, 1, *s], "padding_mode": "CALCULATED",
+                  "pads": [p[0], p[0], p[1], p[1]], "data_format": "NCHW",
+                  "global_pooling": False, "ceil_mode": bool(ceil_mode),
+                  "exclusive": not count_include_pad,
+                  "divisor_override": int(divisor_override or 0)},
+                 (work, (1, *shape) if unbatched else shape))
+    if unbatched:
+        y = cx.reshape(y, list(shape), shape)
     return cx.cast(y, dtype)

@@ -2,47 +2,27 @@
 for the ``prims`` ops PyTorch's reference decompositions (``torch._refs``) produce.
 
 Every op is computed in the output dtype when the GE op's IR accepts it, else in float32 and
-cast back (:func:`compute_dtype`), so float16/bfloat16/int inputs stay valid against the
+cast back (:meth:`~.context.ConvertContext.work_dtype`: the carrier table of :mod:`.context`), so float16/bfloat16/int inputs stay valid against the
 registry. A ``prims`` op has exactly one overload and takes operands already promoted and
 broadcast (the refs did that), so it maps onto the same GE op as its aten twin.
 """
 from __future__ import annotations
 
-import functools
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
 from ..builder import TensorRef
-from .registry import lookup, register
+from .registry import alias, register
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 
 
-@functools.lru_cache(maxsize=None)
-def _accepts(op_type: str, port_index: int, dtype: torch.dtype) -> bool:
-    from ..dtypes import ge_dtype
-    from ..proto import DataType
-    from ..registry_check import _allowed, load_registry
-
-    ports = load_registry().get(op_type, {}).get("inputs", [])
-    if port_index >= len(ports):
-        return True
-    port = ports[port_index]
-    allowed = _allowed(port.get("type_expr", ""), tuple(port.get("dtypes") or ()))
-    return allowed is None or DataType.Name(ge_dtype(dtype)) in allowed
-
-
-def compute_dtype(op_type: str, dtype: torch.dtype, port_index: int = 0) -> torch.dtype:
-    """``dtype`` when ``op_type`` accepts it on that input, else float32."""
-    return dtype if _accepts(op_type, port_index, dtype) else torch.float32
-
-
 def _unary(ge_type: str, attrs: Optional[dict] = None, ports=("x", "y")):
     def conv(cx, x):
         dtype = cx.out_dtype
-        work = compute_dtype(ge_type, dtype)
+        work = cx.work_dtype(ge_type, dtype)
         y = cx.emit1(ge_type, [(ports[0], cx.cast(x, work))], attrs, (work, cx.out()[1]),
                      port=ports[1])
         return cx.cast(y, dtype)
@@ -67,7 +47,7 @@ for _targets, _ge, _base in [((aten.log2.default, prims.log2.default), "Log", 2.
 def _binary(ge_type: str, ports=("x1", "x2"), out_port: str = "y"):
     def conv(cx, a, b):
         dtype = cx.out_dtype
-        work = compute_dtype(ge_type, dtype)
+        work = cx.work_dtype(ge_type, dtype)
         y = cx.emit1(ge_type, [(ports[0], cx.tensor(a, work)), (ports[1], cx.tensor(b, work))],
                      None, (work, cx.out()[1]), port=out_port)
         return cx.cast(y, dtype)
@@ -102,7 +82,7 @@ def _is(ge_type: str):
         if not x.dtype.is_floating_point:  # integers are never NaN/inf
             return cx.emit1("Fill", [("dims", cx.const(list(x.shape), torch.int64)),
                                      ("value", cx.const(False))])
-        return cx.emit1(ge_type, [("x", cx.cast(x, compute_dtype(ge_type, x.dtype)))])
+        return cx.emit1(ge_type, [("x", cx.cast(x, cx.work_dtype(ge_type, x.dtype)))])
     return conv
 
 
@@ -117,7 +97,7 @@ def _signbit(cx, x):
     b = (torch.bool, x.shape)
     if not x.dtype.is_floating_point:
         return cx.emit1("Less", [("x1", x), ("x2", cx.const(0, x.dtype))], desc=b)
-    x = cx.cast(x, compute_dtype("RealDiv", x.dtype))
+    x = cx.cast(x, cx.work_dtype("RealDiv", x.dtype))
     zero = cx.const(0.0, x.dtype)
     neg = cx.emit1("Less", [("x1", x), ("x2", zero)], desc=b)
     inv = cx.emit1("RealDiv", [("x1", cx.const(1.0, x.dtype)), ("x2", x)], desc=(x.dtype, x.shape))
@@ -128,11 +108,7 @@ def _signbit(cx, x):
 
 
 # -- prims twins of ops that already have an aten converter -----------------------------------
-def _alias(prim, aten_op):
-    conv = lookup(aten_op)
-    register([prim], conv.emits)(conv.fn)
-
-
+# (resolved at lookup: the order the converter modules are imported in does not matter)
 for _p, _a in [("abs", aten.abs.default), ("neg", aten.neg.default), ("sqrt", aten.sqrt.default),
                ("rsqrt", aten.rsqrt.default), ("exp", aten.exp.default), ("log", aten.log.default),
                ("sin", aten.sin.default), ("cos", aten.cos.default), ("tanh", aten.tanh.default),
@@ -147,8 +123,7 @@ for _p, _a in [("abs", aten.abs.default), ("neg", aten.neg.default), ("sqrt", at
                ("le", aten.le.Tensor), ("gt", aten.gt.Tensor), ("ge", aten.ge.Tensor),
                ("bitwise_and", aten.bitwise_and.Tensor), ("bitwise_or", aten.bitwise_or.Tensor),
                ("bitwise_not", aten.bitwise_not.default), ("where", aten.where.self)]:
-    if lookup(_a) is not None and lookup(getattr(prims, _p).default) is None:
-        _alias(getattr(prims, _p).default, _a)
+    alias(getattr(prims, _p).default, _a)
 
 
 @register([prims.div.default], ["RealDiv", "TruncateDiv", "Cast", "Const"])
@@ -169,7 +144,7 @@ def _fmax(cx, a, b):
     y = cx.emit1("Maximum" if is_max else "Minimum", [("x1", a), ("x2", b)])
     if not dtype.is_floating_point:
         return y
-    work = compute_dtype("IsNan", dtype)
+    work = cx.work_dtype("IsNan", dtype)
     shape = cx.out()[1]
     a_nan = cx.emit1("IsNan", [("x", cx.cast(a, work))], desc=(torch.bool, a.shape))
     b_nan = cx.emit1("IsNan", [("x", cx.cast(b, work))], desc=(torch.bool, b.shape))
@@ -199,7 +174,7 @@ def _axes(x: TensorRef, dims: Optional[Sequence[int]]) -> list:
 
 def _reduce(cx, ge_type: str, x, dims, keepdim: bool, dtype: torch.dtype):
     axes = _axes(x, dims)
-    work = compute_dtype(ge_type, dtype)
+    work = cx.work_dtype(ge_type, dtype)
     x = cx.cast(x, work)
     if not axes:  # a 0-d input: nothing to reduce
         return cx.cast(x, dtype)
@@ -250,7 +225,7 @@ def _cumprod(cx, x, dim, *, dtype=None):
     out = cx.out_dtype
     if not x.shape:
         return cx.cast(x, out)
-    work = compute_dtype("Cumprod", out)
+    work = cx.work_dtype("Cumprod", out)
     y = cx.emit1("Cumprod", [("x", cx.cast(x, work)), ("axis", cx.const(dim % len(x.shape),
                                                                         torch.int64))],
                  None, (work, x.shape))
@@ -339,3 +314,20 @@ register([prims.bessel_i0e.default, aten.special_i0e.default], ["BesselI0e", "Ca
     _unary("BesselI0e"))
 register([prims.bessel_i1e.default, aten.special_i1e.default], ["BesselI1e", "Cast"])(
     _unary("BesselI1e"))
+
+
+@register([aten.logcumsumexp.default], ["ReduceMax", "Sub", "Exp", "Cumsum", "Log", "Add",
+                                        "Cast", "Const"])
+def _logcumsumexp(cx, x, dim):
+    """m + log(cumsum(exp(x - m))) with m the slice's max (finite inputs)."""
+    dtype, shape = cx.out()
+    if not x.shape:
+        return cx.cast(x, dtype)
+    d = dim % len(x.shape)
+    x = cx.cast(x, dtype)
+    kept = tuple(1 if i == d else s for i, s in enumerate(x.shape))
+    m = cx.emit1("ReduceMax", [("x", x), ("axes", cx.const([d], torch.int64))],
+                 {"keep_dims": True}, (dtype, kept))
+    e = cx.emit1("Exp", [("x", cx.emit1("Sub", [("x1", x), ("x2", m)]))])
+    c = cx.emit1("Cumsum", [("x", e), ("axis", cx.const(d, torch.int64))])
+    return cx.emit1("Add", [("x1", cx.emit1("Log", [("x", c)])), ("x2", m)])

@@ -302,3 +302,47 @@ def _trilinear(cx, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
                                                                torch.int64))],
                      {"keep_dims": False}, (work, tuple(shape)))
     return cx.cast(y, dtype)
+
+
+@register([aten.linalg_solve_triangular.default],
+          ["MatrixTriangularSolve", "Transpose", "Mul", "Add", "Const", "Cast"])
+def _solve_triangular(cx, a, b, *, upper, left=True, unitriangular=False):
+    """X with A X = B (``left``) or X A = B: GE MatrixTriangularSolve (TF semantics: ``lower``
+    names A's triangle, ``adjoint`` solves with A^T), float32 for other float dtypes. A unit
+    diagonal is written into A first; ``left=False`` solves A^T X^T = B^T."""
+    dtype, shape = cx.out()
+    work = dtype if dtype in (torch.float32, torch.float64) else torch.float32
+    a, b = cx.cast(a, work), cx.cast(b, work)
+    n = a.shape[-1]
+    if unitriangular:
+        from ....errors import UnsupportedOpError
+
+        if n < 0:
+            raise UnsupportedOpError(f"%{cx.node.name}: unitriangular solve with a symbolic size")
+        eye = torch.eye(n, dtype=work)
+        a = cx.emit1("Mul", [("x1", a), ("x2", cx.const(1 - eye))], None, (work, a.shape))
+        a = cx.emit1("Add", [("x1", a), ("x2", cx.const(eye))], None, (work, a.shape))
+    if not left:
+        b = _swap_last(cx, b)
+    y = cx.emit1("MatrixTriangularSolve", [("matrix", a), ("rhs", b)],
+                 {"lower": not upper, "adjoint": not left}, (work, b.shape))
+    if not left:
+        y = _swap_last(cx, y)
+    return cx.cast(y, dtype)
+
+
+def _swap_last(cx, x):
+    perm = list(range(len(x.shape)))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    shape = tuple(x.shape[p] for p in perm)
+    return cx.emit1("Transpose", [("x", x), ("perm", cx.const(perm, torch.int64))], None,
+                    (x.dtype, shape))
+
+
+@register([aten._cdist_forward.default], ["Cdist", "Cast"])
+def _cdist(cx, x1, x2, p, compute_mode=None):
+    dtype, shape = cx.out()
+    work = torch.float32 if dtype not in (torch.float16, torch.float32) else dtype
+    y = cx.emit1("Cdist", [("x1", cx.cast(x1, work)), ("x2", cx.cast(x2, work))],
+                 {"p": float(p)}, (work, shape))
+    return cx.cast(y, dtype)

@@ -112,7 +112,7 @@ def _unary(ge_type: str, port: str = "x", out_port: str = "y", **attrs):
     return conv
 
 
-for _op, _ge in [(aten.neg.default, "Neg"), (aten.abs.default, "Abs"),
+for _op, _ge in [(aten.neg.default, "Neg"),
                  (aten.rsqrt.default, "Rsqrt"), (aten.sqrt.default, "Sqrt"),
                  (aten.exp.default, "Exp"), (aten.log.default, "Log"),
                  (aten.sigmoid.default, "Sigmoid"), (aten.relu.default, "Relu"),
@@ -122,11 +122,23 @@ for _op, _ge in [(aten.neg.default, "Neg"), (aten.abs.default, "Abs"),
                  (aten.round.default, "Round"), (aten.sign.default, "Sign"),
                  (aten.log1p.default, "Log1p"), (aten.expm1.default, "Expm1")]:
     register([_op], [_ge, "Cast", "Identity"])(_unary(_ge))
+
+_real_abs = _unary("Abs")
+
+
+@register([aten.abs.default], ["Abs", "ComplexAbs", "Cast", "Identity"])
+def _abs(cx, x):
+    """``abs``; of a complex tensor its modulus (GE's ComplexAbs, real result): ``Abs`` takes
+    real types only and a complex->real Cast before it would drop the imaginary part."""
+    if x.dtype.is_complex:
+        real = cx.out_dtype
+        return cx.emit1("ComplexAbs", [("x", x)], {"Tout": real}, (real, x.shape))
+    return _real_abs(cx, x)
 @register([aten.silu.default], ["Swish", "Cast", "Neg", "Exp", "Add", "RealDiv", "Fill",
                                  "Complex", "Const"])
 def _silu(cx, x):
     if x.dtype.is_complex:  # GE's Swish is real: x / (1 + exp(-x)) with complex Exp/Add/RealDiv
-        from .aten_extra import _REAL_OF
+        from .aten_complex import _REAL_OF
 
         part = _REAL_OF[x.dtype]
         shape = tuple(x.shape)
@@ -276,3 +288,80 @@ def _layer_norm(cx, x, normalized_shape, weight, bias, eps):
     return cx.emit("LayerNormV4", [("x", x), ("normalized_shape", cx.int_list(normalized_shape)),
                                    ("gamma", weight), ("beta", bias)],
                    {"epsilon": float(eps)}, outs)
+
+
+@register([aten.softplus.default], ["SoftplusV2", "Cast"])
+def _softplus(cx, x, beta=1, threshold=20):
+    work = cx.work_dtype("SoftplusV2", cx.out_dtype)
+    x = cx.cast(x, work)
+    y = cx.emit1("SoftplusV2", [("x", x)], {"beta": float(beta), "threshold": float(threshold)},
+                 (work, x.shape))
+    return cx.cast(y, cx.out_dtype)
+
+
+@register([aten._safe_softmax.default], ["SoftmaxV2", "Equal", "ReduceAll", "SelectV2", "Cast",
+                                         "Const"])
+def _safe_softmax(cx, x, dim, dtype=None):
+    """softmax, with rows that are all -inf giving zeros instead of NaN (SDPA's masked rows)."""
+    out_dtype, shape = cx.out()
+    x = cx.cast(x, out_dtype)
+    rank = len(shape)
+    d = dim % rank
+    y = cx.emit1("SoftmaxV2", [("x", x)], {"axes": [d]}, (out_dtype, shape))
+    masked = cx.emit1("Equal", [("x1", x), ("x2", cx.const(float("-inf"), out_dtype))], None,
+                      (torch.bool, shape))
+    kept = tuple(1 if i == d else s for i, s in enumerate(shape))
+    empty = cx.emit1("ReduceAll", [("x", masked), ("axes", cx.const([d], torch.int64))],
+                     {"keep_dims": True}, (torch.bool, kept))
+    return cx.emit1("SelectV2", [("condition", empty), ("then", cx.const(0.0, out_dtype)),
+                                 ("else", y)], None, (out_dtype, shape), port="result")
+
+
+@register([aten.logsumexp.default], ["ReduceLogSumExp", "Cast", "Const"])
+def _logsumexp(cx, x, dim, keepdim=False):
+    dtype = cx.out_dtype
+    rank = len(x.shape)
+    if rank == 0:  # logsumexp of one element is that element
+        return cx.cast(x, dtype)
+    axes = [d % rank for d in dim] if dim else list(range(rank))
+    return cx.emit1("ReduceLogSumExp", [("x", cx.cast(x, dtype)),
+                                        ("axes", cx.const(axes, torch.int64))],
+                    {"keep_dims": bool(keepdim)})
+
+
+@register([aten.log_sigmoid_forward.default], ["LogSigmoid", "Cast"])
+def _log_sigmoid_forward(cx, x):
+    """(log(sigmoid(x)), buffer): the buffer is a backward-only workspace, refused if read."""
+    from .aten_attention import _uses_output
+    from ....errors import UnsupportedOpError
+
+    if _uses_output(cx.node, 1):
+        raise UnsupportedOpError(f"%{cx.node.name}: the log_sigmoid buffer has no GE lowering")
+    dtype, shape = cx.out(0)
+    work = cx.work_dtype("LogSigmoid", dtype)
+    y = cx.emit1("LogSigmoid", [("x", cx.cast(x, work))], None, (work, shape))
+    return [cx.cast(y, dtype), None]
+
+
+@register([aten.addbmm.default], ["BatchMatMulV2", "ReduceSum", "Mul", "Add", "Cast", "Const"])
+def _addbmm(cx, bias, b1, b2, *, beta=1, alpha=1):
+    """beta * bias + alpha * sum_i b1[i] @ b2[i]."""
+    cx.require_float(b1, "BatchMatMulV2")
+    dtype, shape = cx.out()
+    # the batch sum accumulates in float32 for low-precision inputs (as torch's kernel does)
+    work = torch.float32 if b1.dtype in (torch.bfloat16, torch.float16) else b1.dtype
+    b1, b2 = cx.cast(b1, work), cx.cast(b2, work)
+    bmm = cx.emit1("BatchMatMulV2", [("x1", b1), ("x2", b2)], {"adj_x1": False, "adj_x2": False},
+                   (work, (b1.shape[0], b1.shape[1], b2.shape[2])))
+    y = cx.emit1("ReduceSum", [("x", bmm), ("axes", cx.const([0], torch.int64))],
+                 {"keep_dims": False}, (work, shape))
+    y = cx.cast(y, dtype)
+    if alpha != 1:
+        y = cx.emit1("Mul", [("x1", y), ("x2", cx.const(alpha, dtype))])
+    if beta == 0:
+        return y
+    bias = cx.cast(bias, dtype)
+    if beta != 1:
+        bias = cx.emit1("Mul", [("x1", bias), ("x2", cx.const(beta, dtype))],
+                        desc=(dtype, bias.shape))
+    return cx.emit1("Add", [("x1", y), ("x2", bias)])

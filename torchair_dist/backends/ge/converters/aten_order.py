@@ -231,7 +231,7 @@ def _nanmedian_all(cx, x):
         return x
     flat = _flat(cx, x)
     if not x.dtype.is_floating_point:  # no NaN: the lower median
-        from .aten_more import _kth
+        from .aten_select import _kth
 
         return cx.reshape(_kth(cx, flat, (flat.shape[0] - 1) // 2, 0, True, False), [], ())
     return _nanmedian(cx, flat, 0, False, False)
@@ -250,7 +250,7 @@ def _nanmedian_dim(cx, x, dim=0, keepdim=False):
             "all-NaN slice or a tie returns (its selection algorithm decides), so a lowering "
             "cannot promise torch's; use the values, or torch.sort and a gather")
     if not x.dtype.is_floating_point:
-        from .aten_more import _kth
+        from .aten_select import _kth
 
         n = x.shape[dim % len(x.shape)] if x.shape else 1
         return _kth(cx, x, (n - 1) // 2, dim, keepdim, True)

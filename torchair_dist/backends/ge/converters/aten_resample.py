@@ -35,12 +35,9 @@ def _slice(cx, x, axis: int, begin: int, end: int, step: int = 1):
                     {"begin_mask": others, "end_mask": others}, (x.dtype, tuple(shape)))
 
 
-_F32_F16 = (torch.float32, torch.float16)
-
-
-def _work(cx, x, ge_type: str, allowed=_F32_F16):
+def _work(cx, x, ge_type: str):
     cx.require_float(x, ge_type)
-    return cx.cast(x, x.dtype if x.dtype in allowed else torch.float32)
+    return cx.cast(x, cx.work_dtype(ge_type, x.dtype))
 
 
 def _refuse_pool(cx, why: str):

@@ -14,8 +14,6 @@ from .registry import register
 
 aten = torch.ops.aten
 
-_SORT_DTYPES = {torch.float32, torch.float16, torch.int16, torch.int32, torch.int64, torch.int8,
-                torch.uint8}
 _ARGMAX_VALUE_DTYPES = {torch.float32, torch.float16, torch.bfloat16}
 _ARGMIN_VALUE_DTYPES = {torch.float32, torch.float16}
 
@@ -29,7 +27,7 @@ def _sort(cx, x, dim=-1, descending=False, *, stable=False):
     if isinstance(dim, bool):  # sort.stable passes stable positionally in some traces
         dim, stable = -1, dim
     (vdt, vshape), (_, ishape) = cx.out(0), cx.out(1)
-    work = x.dtype if x.dtype in _SORT_DTYPES else torch.float32
+    work = cx.work_dtype("Sort", x.dtype)
     values, idx = cx.emit("Sort", [("x", cx.cast(x, work))],
                           {"axis": _norm(dim, len(x.shape)), "descending": bool(descending),
                            "stable": bool(stable)},
@@ -153,3 +151,69 @@ def register_transformers_ops() -> None:
 
 
 register_transformers_ops()
+
+
+def _kth(cx, x, k: int, dim: int, keepdim: bool, with_index: bool):
+    """The k-th smallest (0-based) along ``dim``: a stable ascending Sort and a gather."""
+    rank = len(x.shape)
+    if with_index and not x.dtype.is_floating_point:
+        from .aten_linalg import _read
+
+        if _read(cx, 1):
+            raise UnsupportedOpError(
+                f"%{cx.node.name}: {cx.node.target} indices of an integer tensor: among equal "
+                "values torch does not specify which index it returns, and the stable Sort "
+                "this lowers to may pick another one")
+    if rank == 0:
+        return [x, cx.const(0, torch.int64)] if with_index else x
+    d = dim % rank
+    vdt, vshape = cx.out(0) if with_index else cx.out()
+    values, idx = cx.emit("Sort", [("x", x)], {"axis": d, "descending": False, "stable": True},
+                          [("y1", (x.dtype, x.shape)), ("y2", (torch.int32, x.shape))])
+    kept = tuple(1 if i == d else s for i, s in enumerate(x.shape))
+    pick = cx.const(torch.full(kept, k, dtype=torch.int64))
+    v = cx.emit1("GatherElements", [("x", values), ("index", pick)], {"dim": d}, (x.dtype, kept))
+    i = cx.emit1("GatherElements", [("x", cx.cast(idx, torch.int64)), ("index", pick)],
+                 {"dim": d}, (torch.int64, kept))
+    if not keepdim:
+        v = cx.reshape(v, list(vshape), vshape)
+        i = cx.reshape(i, list(vshape), vshape)
+    return [cx.cast(v, vdt), i] if with_index else cx.cast(v, vdt)
+
+
+@register([aten.median.default], ["Sort", "GatherElements", "Reshape", "Cast", "Const"])
+def _median_all(cx, x):
+    """The lower median of all elements (torch's definition); inputs without NaN."""
+    n = 1
+    for s in x.shape:
+        if s < 0:
+            raise UnsupportedOpError(f"%{cx.node.name}: median of a symbolic shape")
+        n *= s
+    flat = cx.reshape(x, [n], (n,))
+    return _kth(cx, flat, (n - 1) // 2, 0, False, False)
+
+
+@register([aten.median.dim], ["Sort", "GatherElements", "Reshape", "Cast", "Const"])
+def _median_dim(cx, x, dim, keepdim=False):
+    n = x.shape[dim % len(x.shape)] if x.shape else 1
+    return _kth(cx, x, (n - 1) // 2, dim, keepdim, True)
+
+
+@register([aten.kthvalue.default], ["Sort", "GatherElements", "Reshape", "Cast", "Const"])
+def _kthvalue(cx, x, k, dim=-1, keepdim=False):
+    return _kth(cx, x, k - 1, dim, keepdim, True)
+
+
+@register([aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar],
+          ["SelectV2", "Cast", "Const"])
+def _where(cx, cond, a, b):
+    dtype = cx.out_dtype
+    return cx.emit1("SelectV2", [("condition", cx.tensor(cond, torch.bool)),
+                                 ("then", cx.tensor(a, dtype)), ("else", cx.tensor(b, dtype))],
+                    port="result")
+
+
+@register([aten.masked_fill.Scalar, aten.masked_fill.Tensor], ["MaskedFill", "Cast", "Const"])
+def _masked_fill(cx, x, mask, value):
+    return cx.emit1("MaskedFill", [("x", x), ("mask", cx.tensor(mask, torch.bool)),
+                                   ("value", cx.tensor(value, x.dtype))])

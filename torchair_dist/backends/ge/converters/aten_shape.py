@@ -285,17 +285,13 @@ def _select_scatter(cx, x, src, dim, index):
 
 
 # InplaceIndexAdd's var/updates dtypes; others (bfloat16) accumulate in float32
-_INDEX_ADD_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.uint8,
-                     torch.int16, torch.int32, torch.int64, torch.bool}
-
-
 @register([aten.index_add.default], ["TensorMove", "InplaceIndexAdd", "Const", "Cast"])
 def _index_add(cx, x, dim, index, source, *, alpha=1):
     """``x`` with ``alpha * source`` slices added at ``index`` along ``dim`` (duplicates
     accumulate): the MoE combine. GE's InplaceIndexAdd updates its ``var`` input, so it gets a
     TensorMove copy of ``x`` (the FX graph is functional: ``x`` may have other readers)."""
     dtype = x.dtype
-    work = dtype if dtype in _INDEX_ADD_DTYPES else torch.float32
+    work = cx.work_dtype("InplaceIndexAdd", dtype, "var")
     # the Cast to the working dtype is already a fresh buffer; otherwise TensorMove copies
     var = cx.cast(x, work) if work != dtype else cx.emit1("TensorMove", [("x", x)], None,
                                                          (dtype, x.shape))
@@ -307,3 +303,84 @@ def _index_add(cx, x, dim, index, source, *, alpha=1):
                                      ("alpha", scale)], {"axis": _norm(dim, len(x.shape))},
                  (work, x.shape), port="var")
     return cx.cast(y, dtype)
+
+
+@register([aten.repeat.default], ["Tile", "Reshape", "Const", "Pack", "Cast"])
+def _repeat(cx, x, repeats):
+    """Tile; extra leading repeats first give ``x`` leading 1-dims (bool travels as int8)."""
+    dtype, shape = cx.out()
+    lead = len(repeats) - len(x.shape)
+    if lead:
+        x = cx.reshape(x, [1] * lead + cx.dims(x), (1,) * lead + tuple(x.shape))
+    work = torch.int8 if dtype == torch.bool else dtype
+    y = cx.emit1("Tile", [("x", cx.cast(x, work)), ("multiples", cx.int_list(list(repeats)))], None,
+                 (work, shape))
+    return cx.cast(y, dtype)
+
+
+@register([aten.constant_pad_nd.default], ["PadV3", "Const", "Cast"])
+def _constant_pad_nd(cx, x, pad, value=0):
+    """PadV3 ``constant``; torch lists (before, after) from the last dim backwards, PadV3 one
+    contiguous (before, after) pair per dim from the first."""
+    from ....errors import UnsupportedOpError
+
+    if any(not isinstance(p, int) or p < 0 for p in pad):
+        raise UnsupportedOpError(f"%{cx.node.name}: constant_pad_nd with negative or symbolic "
+                                 f"pads {list(pad)} has no GE lowering")
+    rank = len(x.shape)
+    pairs = [[0, 0] for _ in range(rank)]
+    for i in range(len(pad) // 2):
+        pairs[rank - 1 - i] = [pad[2 * i], pad[2 * i + 1]]
+    flat = [p for pair in pairs for p in pair]
+    return cx.emit1("PadV3", [("x", x), ("paddings", cx.const(flat, torch.int64)),
+                              ("constant_values", cx.tensor(value, x.dtype))],
+                    {"mode": "constant", "paddings_contiguous": True})
+
+
+@register([aten.flip.default], ["ReverseV2", "Const", "Cast"])
+def _flip(cx, x, dims):
+    """ReverseV2 (bf16, outside its IR dtypes, flips as float32: exact)."""
+    dtype = x.dtype
+    work = cx.work_dtype("ReverseV2", dtype)
+    rank = len(x.shape)
+    y = cx.emit1("ReverseV2", [("x", cx.cast(x, work)),
+                               ("axis", cx.const([d % rank for d in dims], torch.int64))], None,
+                 (work, x.shape))
+    return cx.cast(y, dtype)
+
+
+@register([aten.roll.default], ["Roll", "Cast"])
+def _roll(cx, x, shifts, dims=()):
+    """Roll (dims empty: the flattened tensor rolls, as in torch). Dtypes outside Roll's IR
+    list (bool, int16, float64) roll as float32."""
+    dtype = x.dtype
+    work = cx.work_dtype("Roll", dtype)
+    shifts = [int(s) for s in (shifts if isinstance(shifts, (list, tuple)) else [shifts])]
+    dims = [int(d) % max(len(x.shape), 1) for d in (dims or [])]
+    y = cx.emit1("Roll", [("x", cx.cast(x, work))], {"shifts": shifts, "dims": dims},
+                 (work, x.shape))
+    return cx.cast(y, dtype)
+
+
+@register([aten.unfold.default], ["GatherV2", "Transpose", "Const"])
+def _unfold(cx, x, dim, size, step):
+    """Sliding windows along ``dim``: GatherV2 of the window positions (a [n, size] Const),
+    then the window axis moved last, as torch lays it out."""
+    from ....errors import UnsupportedOpError
+
+    if not x.shape:  # a 0-d tensor unfolds as a 1-element vector
+        out_shape = cx.out()[1]
+        y = _unfold(cx, cx.reshape(x, [1], (1,)), 0, size, step)
+        return cx.reshape(y, list(out_shape), out_shape)
+    rank = len(x.shape)
+    d = dim % rank
+    length = x.shape[d]
+    if length < 0:
+        raise UnsupportedOpError(f"%{cx.node.name}: unfold of a symbolic dim has no GE lowering")
+    n = (length - size) // step + 1
+    index = torch.arange(n).unsqueeze(1) * step + torch.arange(size)
+    gathered_shape = tuple(x.shape[:d]) + (n, size) + tuple(x.shape[d + 1:])
+    g = cx.emit1("GatherV2", [("x", x), ("indices", cx.const(index)),
+                              ("axis", cx.const(d, torch.int64))], None, (x.dtype, gathered_shape))
+    perm = [i for i in range(rank + 1) if i != d + 1] + [d + 1]
+    return cx.emit1("Transpose", [("x", g), ("perm", cx.const(perm, torch.int64))])

@@ -9,6 +9,7 @@ import torch
 from ....errors import UnsupportedOpError
 from ..builder import GraphBuilder, TensorRef, static_shape
 from ..dtypes import ge_dtype, ge_dtype_name
+from .registry import ConverterIrError
 
 Value = Union[TensorRef, int, float, bool]
 
@@ -29,8 +30,16 @@ def meta_desc(val: Any) -> Tuple[torch.dtype, Tuple[int, ...]]:
 _WIDEN_EXEMPT = frozenset({"Cast", "Data", "RefData", "Const", "NetOutput"})
 # bool as 0/1 integers gives another answer (Invert(1) == -2, which reads back as True)
 _BOOL_EXEMPT = frozenset({"Invert"})
-# what a bool operand is carried as when a port refuses DT_BOOL, in order of preference
-_BOOL_CARRIERS = (torch.int32, torch.uint8, torch.int8, torch.int64, torch.float32)
+# THE carrier table: what an operand is carried as when a GE port refuses its dtype, in order of
+# preference. Floats narrower than float32 compute in float32 (as torch's own CPU kernels do
+# internally); integers the op refuses compute in float32 (the op is a floating-point one);
+# bool is carried as 0/1 in the first integer type the port takes.
+CARRIERS = {
+    torch.bool: (torch.int32, torch.uint8, torch.int8, torch.int64, torch.float32),
+    torch.bfloat16: (torch.float32,), torch.float16: (torch.float32,),
+    torch.int8: (torch.float32,), torch.uint8: (torch.float32,), torch.int16: (torch.float32,),
+    torch.int32: (torch.float32,), torch.int64: (torch.float32,),
+}
 
 
 def _refs(value: Any) -> List[TensorRef]:
@@ -39,46 +48,86 @@ def _refs(value: Any) -> List[TensorRef]:
     return [v for v in values if isinstance(v, TensorRef)]
 
 
+def carrier_for(op_type: str, ports: Sequence[str], dtype: torch.dtype) -> Optional[torch.dtype]:
+    """The dtype ``op_type`` computes a ``dtype`` operand in at ``ports`` (input ports): ``dtype``
+    itself when every port takes it, else the first of :data:`CARRIERS` every port takes, else
+    None (nothing helps: the op is emitted as it is and the registry check names it). The ONE
+    decision every converter's widening goes through: :meth:`ConvertContext.emit`'s automatic
+    carrying and :meth:`ConvertContext.work_dtype` for a chain computed in a wider type."""
+    name = ge_dtype_name(ge_dtype(dtype))
+    if all(port_accepts(op_type, "inputs", p, name) for p in ports):
+        return dtype
+    for carrier in CARRIERS.get(dtype, ()):
+        cname = ge_dtype_name(ge_dtype(carrier))
+        if all(port_accepts(op_type, "inputs", p, cname) for p in ports):
+            return carrier
+    return None
+
+
 def _widen_plan(op_type: str, inputs: Sequence[Tuple[str, Any]]) -> dict:
-    """What to carry operands the op's IR refuses as: ``{dtype: carrier}`` for bfloat16
-    (computed in float32, as torch's own CPU kernels do internally; every bfloat16 operand of
-    the op), ``{(torch.bool, port): carrier}`` for bool (0/1 in the first integer type every
-    refusing port takes; only at those ports). Empty when the op takes its operands as they are."""
+    """What to carry operands the op's IR refuses as (:func:`carrier_for`): ``{dtype: carrier}``
+    for every non-bool dtype (all operands of that dtype: GE ops tie their types), and
+    ``{(torch.bool, port): carrier}`` for bool, only at the refusing ports (plus
+    ``{torch.bool: carrier}`` for outputs whose port refuses bool). Empty when the op takes its
+    operands as they are."""
     if op_type in _WIDEN_EXEMPT:
         return {}
     plan: dict = {}
     bool_ports = []
     for port, value in inputs:
-        dtypes = {v.dtype for v in _refs(value)}
-        if torch.bfloat16 in dtypes and not _port_accepts(op_type, "inputs", port, "DT_BF16"):
-            plan[torch.bfloat16] = torch.float32
-        if torch.bool in dtypes and not _port_accepts(op_type, "inputs", port, "DT_BOOL"):
-            bool_ports.append(port)
-    if bool_ports and op_type not in _BOOL_EXEMPT:
-        for carrier in _BOOL_CARRIERS:
-            name = ge_dtype_name(ge_dtype(carrier))
-            if all(_port_accepts(op_type, "inputs", p, name) for p in bool_ports):
-                plan.update({(torch.bool, p): carrier for p in bool_ports})
-                plan[torch.bool] = carrier  # for outputs whose port refuses bool
-                break
+        for dtype in {v.dtype for v in _refs(value)}:
+            if dtype == torch.bool:
+                if op_type not in _BOOL_EXEMPT and carrier_for(op_type, [port], dtype) != dtype:
+                    bool_ports.append(port)
+            elif dtype not in plan:
+                carrier = carrier_for(op_type, [port], dtype)
+                if carrier is not None and carrier != dtype:
+                    plan[dtype] = carrier
+    if bool_ports:
+        carrier = carrier_for(op_type, bool_ports, torch.bool)
+        if carrier is not None:
+            plan.update({(torch.bool, p): carrier for p in bool_ports})
+            plan[torch.bool] = carrier
     return plan
 
 
-@functools.lru_cache(maxsize=None)
-def _port_accepts(op_type: str, side: str, port: str, dt_name: str) -> bool:
-    """Whether ``op_type``'s ``side`` ("inputs"/"outputs") port takes ``dt_name`` per the GE
-    registry (True when the registry does not pin the port's types down, or does not know the
-    op). A bfloat16 question about a port with no floating types at all is answered True: the
-    op is not a float op and widening would not help."""
-    from ..registry_check import _allowed, load_registry
+def first_input_port(op_type: str) -> str:
+    """The name of ``op_type``'s first input port in the registry."""
+    inputs = _op_spec(op_type).get("inputs", [])
+    if not inputs:
+        raise ConverterIrError(f"GE op {op_type} has no input ports in the operator registry")
+    return inputs[0]["name"]
 
-    for spec in load_registry().get(op_type, {}).get(side, []):
+
+def _op_spec(op_type: str) -> dict:
+    from ..registry_check import load_registry
+
+    spec = load_registry().get(op_type)
+    if spec is None:
+        raise ConverterIrError(
+            f"GE op {op_type} is not in the operator registry in use (a converter emits an op the "
+            "registry does not know: fix its name, or regenerate the bundled subset with "
+            "`make registry`)")
+    return spec
+
+
+@functools.lru_cache(maxsize=None)
+def port_accepts(op_type: str, side: str, port: str, dt_name: str) -> bool:
+    """Whether ``op_type``'s ``side`` ("inputs"/"outputs") port takes ``dt_name`` per the GE
+    registry. Fails closed: an op the registry does not know, or a port the op does not have, is
+    a :class:`ConverterIrError` (never a silent "accepted"). True when the registry leaves the
+    port's types open. A narrow-float question about a port with no floating types at all is
+    answered True: the op is not a float op and widening would not help."""
+    from ..registry_check import _allowed
+
+    for spec in _op_spec(op_type).get(side, []):
         if spec["name"] == port or (spec["kind"] == "dynamic" and port.startswith(spec["name"])):
             allowed = _allowed(spec.get("type_expr", ""), tuple(spec.get("dtypes") or ()))
             if allowed is None or dt_name in allowed:
                 return True
-            return dt_name == "DT_BF16" and "DT_FLOAT" not in allowed
-    return True
+            return dt_name in ("DT_BF16", "DT_FLOAT16") and "DT_FLOAT" not in allowed
+    raise ConverterIrError(f"GE op {op_type} has no {side[:-1]} port {port!r} in the operator "
+                          "registry")
 
 
 class ConvertContext:
@@ -143,9 +192,9 @@ class ConvertContext:
         def carried(port, d):
             if not (isinstance(d, tuple) and len(d) == 2 and d[0] in plan):
                 return None
-            if d[0] == torch.bfloat16 or not _port_accepts(
+            if d[0] != torch.bool or not port_accepts(
                     op_type, "outputs", port, ge_dtype_name(ge_dtype(d[0]))):
-                return plan[d[0]]
+                return plan[d[0]]  # non-bool: the op's types are tied, its output is carried too
             return None
 
         wide = [(p, up(p, value) if isinstance(value, TensorRef) or value is None
@@ -164,6 +213,19 @@ class ConvertContext:
         if self.node is not None:
             self.b.graph.op[-1].attr["_fx_node"].s = self.node.name.encode()
         return [self.cast(r, d[0]) if c is not None else r for r, (d, c) in zip(refs, flat)]
+
+    def work_dtype(self, op_type: str, dtype: torch.dtype, port: Optional[str] = None
+                   ) -> torch.dtype:
+        """The dtype to compute a chain around ``op_type`` in for a ``dtype`` value: ``dtype``
+        when ``op_type``'s ``port`` (default: its first input) takes it, else its carrier
+        (:func:`carrier_for`, the same rule :meth:`emit` carries operands by)."""
+        port = port or first_input_port(op_type)
+        carrier = carrier_for(op_type, [port], dtype)
+        if carrier is None:
+            where = f"%{self.node.name}: " if self.node is not None else ""
+            raise UnsupportedOpError(f"{where}GE's {op_type} takes no {dtype} at {port!r} and no "
+                                     "carrier type it takes holds that dtype exactly")
+        return carrier
 
     def require_float(self, x: TensorRef, ge_type: str) -> None:
         """Refuse an integer/bool operand of a GE op whose IR computes in floating point only

@@ -1,5 +1,5 @@
 """Converters: FFTs and complex numbers (``aten._fft_r2c/_fft_c2c/_fft_c2r``, conj, angle,
-complex, real/imag, abs of a complex tensor; view_as_real/view_as_complex live in aten_extra).
+complex, real/imag, polar, view_as_real/view_as_complex).
 
 GE's FFT ops follow TensorFlow's: ``FFT``/``IFFT`` transform the innermost dimension of a
 complex tensor (``IFFT`` divides by its length), ``RFFT``/``IRFFT`` take a float32 signal /
@@ -15,10 +15,10 @@ import math
 import torch
 
 from ....errors import UnsupportedOpError
-from .aten_extra import _REAL_OF
 from .registry import register
 
 aten = torch.ops.aten
+_REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 _COMPLEX_OF = {v: k for k, v in _REAL_OF.items()}
 
 
@@ -257,22 +257,46 @@ def _imag(cx, x):
     return _parts(cx, x)[1]
 
 
-def _complex_aware_abs():
-    """``abs`` of a complex tensor is its modulus (GE's ComplexAbs); aten_math's elementwise
-    ``Abs`` takes real types only and would otherwise be reached through a complex->real Cast
-    that drops the imaginary part. Real inputs keep aten_math's converter."""
-    from .registry import CONVERTERS, Converter, lookup, target_key
-
-    real_abs = lookup(aten.abs.default)
-
-    def _abs(cx, x):
-        if x.dtype in _REAL_OF:
-            real = _REAL_OF[x.dtype]
-            return cx.emit1("ComplexAbs", [("x", x)], {"Tout": real}, (real, x.shape))
-        return real_abs.fn(cx, x)
-
-    key = target_key(aten.abs.default)
-    CONVERTERS[key] = Converter(key, _abs, tuple(real_abs.emits) + ("ComplexAbs",))
+# -- complex numbers (rotary embeddings written with torch.polar / view_as_complex) ------------
 
 
-_complex_aware_abs()
+def _complex(cx, real, imag):
+    dtype, shape = cx.out()
+    part = _REAL_OF[dtype]
+    return cx.emit1("Complex", [("real", cx.cast(real, part)), ("imag", cx.cast(imag, part))],
+                    {"Tout": dtype}, (dtype, shape), port="out")
+
+
+@register([aten.polar.default], ["Complex", "Cos", "Sin", "Mul", "Cast"])
+def _polar(cx, magnitude, angle):
+    """abs * (cos(angle) + i sin(angle))."""
+    shape = cx.out()[1]
+    parts = []
+    for fn in ("Cos", "Sin"):
+        trig = cx.emit1(fn, [("x", angle)], None, (angle.dtype, angle.shape))
+        parts.append(cx.emit1("Mul", [("x1", magnitude), ("x2", trig)], None, (angle.dtype, shape)))
+    return _complex(cx, *parts)
+
+
+@register([aten.view_as_complex.default], ["Complex", "GatherV2", "Const", "Cast"])
+def _view_as_complex(cx, x):
+    """x[..., 0] + i x[..., 1] (a new tensor here: GE has no complex views)."""
+    if cx.out_dtype not in _REAL_OF:
+        from ....errors import UnsupportedOpError
+
+        raise UnsupportedOpError(f"%{cx.node.name}: view_as_complex of a {x.dtype} tensor gives "
+                                 f"{cx.out_dtype}, which GE's Complex cannot build (complex64/"
+                                 "complex128 from float32/float64 only)")
+    last = len(x.shape) - 1
+    real, imag = (cx.emit1("GatherV2", [("x", x), ("indices", cx.const(i, torch.int64)),
+                                        ("axis", cx.const(last, torch.int64))], None,
+                           (x.dtype, x.shape[:-1])) for i in (0, 1))
+    return _complex(cx, real, imag)
+
+
+@register([aten.view_as_real.default], ["Real", "Imag", "Pack"])
+def _view_as_real(cx, z):
+    dtype, shape = cx.out()
+    real, imag = (cx.emit1(op, [("input", z)], {"Tout": dtype}, (dtype, z.shape), port="output")
+                  for op in ("Real", "Imag"))
+    return cx.emit1("Pack", [("x", [real, imag])], {"axis": len(z.shape), "N": 2}, (dtype, shape))

@@ -1,0 +1,84 @@
+"""Converters: symbolic-size arithmetic (``sym_size``, ``sym_numel``, ``operator`` on SymInts,
+``sym_sum``), ``_local_scalar_dense``, and the asserts that convert to nothing."""
+from __future__ import annotations
+
+import operator
+from typing import Any, Optional
+
+import torch
+
+from .registry import register
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+# -- symbolic sizes (SymInt nodes become shape-[] int64 tensors) -----------------------------
+@register([aten.sym_size.int], ["Shape", "GatherV2", "Const"])
+def _sym_size(cx, x, dim):
+    dim = dim % len(x.shape)
+    if x.shape[dim] >= 0:
+        return cx.const(x.shape[dim], torch.int64)
+    return cx.emit1("GatherV2", [("x", cx.shape_of(x)), ("indices", cx.const(dim, torch.int64)),
+                                 ("axis", cx.const(0, torch.int64))], None, (torch.int64, ()))
+
+
+@register([aten.sym_numel.default], ["ReduceProd", "Shape", "Const"])
+def _sym_numel(cx, x):
+    if all(d >= 0 for d in x.shape):
+        n = 1
+        for d in x.shape:
+            n *= d
+        return cx.const(n, torch.int64)
+    return cx.emit1("ReduceProd", [("x", cx.shape_of(x)), ("axes", cx.const([0], torch.int64))],
+                    {"keep_dims": False}, (torch.int64, ()))
+
+
+def _sym_binary(ge_type: str):
+    def conv(cx, a, b):
+        return cx.emit1(ge_type, [("x1", cx.tensor(a, torch.int64)), ("x2", cx.tensor(b, torch.int64))],
+                        None, (torch.int64, ()))
+    return conv
+
+
+for _fn, _ge in [(operator.add, "Add"), (operator.sub, "Sub"), (operator.mul, "Mul"),
+                 (operator.floordiv, "FloorDiv"), (operator.mod, "FloorMod")]:
+    register([_fn], [_ge, "Const", "Cast"])(_sym_binary(_ge))
+
+
+for _fn, _ge in [(torch.sym_max, "Maximum"), (torch.sym_min, "Minimum")]:
+    register([_fn], [_ge, "Const", "Cast"])(_sym_binary(_ge))
+
+
+def _sym_compare(ge_type: str):
+    def conv(cx, a, b):
+        return cx.emit1(ge_type, [("x1", cx.tensor(a, torch.int64)), ("x2", cx.tensor(b, torch.int64))],
+                        None, (torch.bool, ()))
+    return conv
+
+
+for _fn, _ge in [(operator.eq, "Equal"), (operator.ne, "NotEqual"), (operator.gt, "Greater"),
+                 (operator.ge, "GreaterEqual"), (operator.lt, "Less"), (operator.le, "LessEqual")]:
+    register([_fn], [_ge, "Const", "Cast"])(_sym_compare(_ge))
+
+
+@register([aten._local_scalar_dense.default], ["Reshape", "Cast", "Const"])
+def _local_scalar_dense(cx, x):
+    """``tensor.item()``: a data-dependent scalar, kept as a shape-[] tensor like every symbol."""
+    dtype = cx.out_dtype
+    return cx.cast(cx.reshape(x, [], ()), dtype)
+
+
+@register([torch.sym_sum], ["AddN", "Identity", "Const", "Cast"])
+def _sym_sum(cx, values):
+    parts = [cx.tensor(v, torch.int64) for v in values]
+    if len(parts) == 1:
+        return cx.emit1("Identity", [("x", parts[0])], None, (torch.int64, ()))
+    return cx.emit1("AddN", [("x", parts)], {"N": len(parts)}, (torch.int64, ()))
+
+
+# -- graph annotations that compute nothing ---------------------------------------------------
+@register([aten._assert_tensor_metadata.default, aten._assert_scalar.default,
+           aten.sym_constrain_range_for_size.default], [])
+def _no_op(cx, *args, **kwargs) -> Optional[Any]:
+    return None
