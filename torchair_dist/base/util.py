@@ -102,6 +102,9 @@ def on_dynamo_reset(fn: Callable[[], None]) -> Callable[[], None]:
 # hook) or why it is process-wide. Uppercase tables filled once at import are not listed.
 RESET = "reset"
 PROCESS_STATE = {
+    "torchair_dist.backends.ge.converters.registry:_unchecked":
+        "converters registered since their GE types were last checked against the registry "
+        "(registration is process-wide, like the converter table itself)",
     "torchair_dist.backends.aclgraph.report:_counts": RESET,
     "torchair_dist.backends.aclgraph.report:_reasons": RESET,
     "torchair_dist.backends.aclgraph.report:_cells": RESET,
