@@ -228,3 +228,36 @@ def test_backend_argument_with_its_config(tmp_path):
     with torch.no_grad():
         assert torch.equal(fn(x), ref(x))
     assert fn.last_source == "compiled" and len(_entries(str(tmp_path / "c"))) == 1
+
+
+def test_torchair_keywords_fullgraph_and_unknown_ones(tmp_path, caplog):
+    """vllm-ascend's call: ``cache_compile(fn, dynamic=..., fullgraph=True, cache_dir=...,
+    config=config, ge_cache=False)``. fullgraph=True saves; fullgraph=False lets a graph
+    break compile (not saved); an unknown keyword is named in one warning."""
+    cache_dir = str(tmp_path / "cache")
+    model, ref = Decoder().eval(), Decoder().eval()
+    fn = torchair.inference.cache_compile(model.forward, dynamic=False, fullgraph=True,
+                                          cache_dir=cache_dir, config=_cfg(), ge_cache=False)
+    x, meta = torch.randn(2, 4), Meta(torch.tensor([1, 4]), 2.0)
+    with torch.no_grad():
+        assert torch.equal(fn(x, meta), ref(x, meta))
+    assert fn.fullgraph is True and len(_entries(cache_dir)) == 1
+
+    class Breaks(torch.nn.Module):
+        def forward(self, x):
+            y = x * 2
+            torch._dynamo.graph_break()
+            return y + 1
+
+    with caplog.at_level(logging.WARNING, "torchair_dist"):
+        fn = torchair.inference.cache_compile(Breaks().forward, fullgraph=False,
+                                              cache_dir=str(tmp_path / "c2"), config=_cfg(),
+                                              dynamic=False, tiling_cache=True, foo=1)
+    assert [r.getMessage() for r in caplog.records if "foo" in r.getMessage()] == [
+        "cache_compile: keyword argument(s) foo, tiling_cache have no effect here (TorchAir's "
+        "cache_compile accepts and drops them too)"]
+    x = torch.randn(3)
+    assert torch.equal(fn(x), x * 2 + 1)
+    assert _entries(str(tmp_path / "c2")) == []  # two graphs: runs compiled, not saved
+    with pytest.raises(ConfigError, match="fullgraph"):
+        torchair.inference.cache_compile(Breaks().forward, fullgraph="yes")

@@ -28,13 +28,14 @@ class CacheCompiledFunction:
     _is_cache_wrapper = True  # not a value the graph bakes in (keys._module_attributes)
 
     def __init__(self, module, func_name, config, decompositions, cache_dir, rank_dir,
-                 method=None, dynamic: bool = False):
+                 method=None, dynamic: bool = False, fullgraph: bool = True):
         self.module, self.func_name = module, func_name
         # The callable compiled on a miss, taken when cache_compile was called: after
         # ``model.forward = cache_compile(model.forward)`` the module's attribute is this
         # wrapper, which Dynamo must not trace into.
         self.method = method if method is not None else getattr(module, func_name)
         self.dynamic = dynamic
+        self.fullgraph = fullgraph  # False: graph breaks compile, but nothing is saved
         self.config, self.decompositions = config, decompositions
         self.cache_root = cache_dir
         self.rank_dir = rank_dir
@@ -121,7 +122,8 @@ class CacheCompiledFunction:
     def _compile_and_save(self, key: tuple, sig: str, args, kwargs):
         record = _Record()
         backend = _cache_backend(self.config, self.decompositions, record)
-        compiled = torch.compile(self.method, backend=backend, fullgraph=True, dynamic=False)
+        compiled = torch.compile(self.method, backend=backend, fullgraph=self.fullgraph,
+                                 dynamic=False)
         with torch.no_grad():
             result = compiled(*args, **kwargs)
         self.loaded[key] = lambda a, k: _no_grad_call(compiled, a, k)
@@ -188,7 +190,7 @@ def cache_compile(func, *, config=None, backend=None, dynamic: bool = False,
                   cache_dir: Optional[str] = None, global_rank: Optional[int] = None,
                   tp_rank: Optional[int] = None, pp_rank: Optional[int] = None,
                   custom_decompositions: Optional[Dict] = None,
-                  ge_cache: bool = False) -> CacheCompiledFunction:
+                  ge_cache: bool = False, **kwargs) -> CacheCompiledFunction:
     """Compile ``func`` (a bound method of an ``nn.Module``, or a module: its ``forward``)
     with our backend, caching what this rank compiled under ``cache_dir``.
 
@@ -202,7 +204,18 @@ def cache_compile(func, *, config=None, backend=None, dynamic: bool = False,
     Dataclass arguments are looked into (their tensors are inputs), and tensors kept in plain
     list/tuple attributes of the module count as its state. ``ge_cache`` is
     accepted for TorchAir compatibility and ignored (with a warning) in ACL modes.
+
+    ``**kwargs`` (TorchAir's signature ends in it): ``fullgraph`` is used (True, the default
+    here: one graph or an error; False: graph breaks are allowed, the function runs compiled
+    and is not saved, as any function of more than one graph); any other keyword is named in
+    one warning and has no effect (TorchAir drops them silently).
     """
+    fullgraph = kwargs.pop("fullgraph", True)
+    if not isinstance(fullgraph, bool):
+        raise ConfigError(f"cache_compile: fullgraph must be True or False, got {fullgraph!r}")
+    if kwargs:
+        log.warning("cache_compile: keyword argument(s) %s have no effect here (TorchAir's "
+                    "cache_compile accepts and drops them too)", ", ".join(sorted(kwargs)))
     _check_arguments(config=config, backend=backend, dynamic=dynamic, cache_dir=cache_dir,
                      global_rank=global_rank, tp_rank=tp_rank, pp_rank=pp_rank,
                      custom_decompositions=custom_decompositions, ge_cache=ge_cache)
@@ -237,4 +250,4 @@ def cache_compile(func, *, config=None, backend=None, dynamic: bool = False,
                     "dynamic=False to silence this warning")
     return CacheCompiledFunction(module, func_name, config, decompositions,
                                  cache_root(cache_dir), rank_dir, method=target,
-                                 dynamic=dynamic)
+                                 dynamic=dynamic, fullgraph=fullgraph)
