@@ -15,6 +15,7 @@ from ..configs import CompilerConfig
 from ..errors import CacheRejectedError, ConfigError
 from .entry import LoadedEntry
 from .graph_data import NotCacheableError
+from .sources import SourceChanged
 from .keys import _versions, call_key, fast_key, input_signature, model_key
 from .record import _cache_backend, _map_inputs, _map_outputs, _Record
 from .store import INDEX, cache_root, check_dirs, rank_dir_name, read_indexed, write_indexed
@@ -60,6 +61,26 @@ class CacheCompiledFunction:
 
     # -- call ----------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        try:
+            return self._call(args, kwargs)
+        except SourceChanged as exc:
+            # a tensor read through a global/closure/object changed its dtype/shape/device:
+            # what Dynamo's guards would recompile for (a loaded entry has no guards)
+            log.warning("torchair_dist cache: %s.%s: %s; recompiling", type(self.module).__name__,
+                        self.func_name, exc)
+            self.rejections.append(exc)
+            self._forget_loaded()
+            return self._compile_and_save(call_key(args, kwargs),
+                                          input_signature(args, kwargs, call_key(args, kwargs)),
+                                          args, kwargs)
+
+    def _forget_loaded(self) -> None:
+        """Drop the loaded entries (compiled functions stay: Dynamo's guards keep them right)."""
+        for table in (self.loaded, self._by_fast_key):
+            for k in [k for k, fn in table.items() if getattr(fn, "reads_sources", False)]:
+                del table[k]
+
+    def _call(self, args, kwargs):
         fast = None if kwargs else fast_key(args)
         if fast is not None:
             fn = self._by_fast_key.get(fast)
@@ -90,7 +111,8 @@ class CacheCompiledFunction:
             data = self.read_entry(sig)
             if data is None:
                 return None
-            return LoadedEntry(data, self.module, self.config, args, kwargs)
+            return LoadedEntry(data, self.module, self.config, args, kwargs,
+                               method=self.method)
         except CacheRejectedError as exc:
             rejected = exc
         except Exception as exc:  # noqa: BLE001 - a broken entry must never stop the model
@@ -154,7 +176,8 @@ class CacheCompiledFunction:
         return {"versions": _versions(), "signature": sig, "model_key": self._key,
                 "graph": g["graph"],
                 "static": g["static"], "created": time.time(),
-                "inputs": _map_inputs(record, self.module, args, kwargs, g["used"]),
+                "inputs": _map_inputs(record, self.module, args, kwargs, g["used"],
+                                      self.method),
                 "outputs": _map_outputs(record, result, args, kwargs)}
 
     def write_entry(self, sig: str, data: Dict) -> None:
