@@ -46,6 +46,10 @@ def _compile(ctx: GraphContext, config: Any):
     converted = convert_graph(ctx.gm, ctx.example_inputs, ctx.graph_name, ctx.rank,
                               ctx.world_size,
                               ref_data=bool(config.get("experimental_config.enable_ref_data")))
+    if config.get("experimental_config.enable_view_optimize"):
+        from .view_optimize import fold_transposes_into_matmuls
+
+        fold_transposes_into_matmuls(converted.model.graph[0])
     if env_flag(ENV_VALIDATE):
         from .registry_check import validate
 
