@@ -15,7 +15,8 @@ Dynamo names where each graph input comes from (``node.meta["grapharg"].source``
           ["module", "pkg.mod"]    an imported module (Dynamo's ``G['__import_pkg_dot_mod']``)
     step: ["attr", identifier] | ["item", int or str]
 
-Only this grammar is stored and walked (``getattr`` / ``[]``, no code). The record side checks
+Only this grammar is stored and walked (``getattr`` / ``[]``; a ``module`` root is looked up in
+``sys.modules`` only: loading an entry never imports anything). The record side checks
 that the path, walked on the live objects, gives the very tensor the graph received; the entry
 keeps the tensor's dtype, shape, stride and device, and a loaded entry checks them at each call
 (:class:`SourceChanged` when they differ: the function recompiles, as Dynamo's guards would make
@@ -24,7 +25,6 @@ values are read at call time.
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import sys
 from typing import Any, Callable, List, Optional
@@ -101,10 +101,10 @@ def check_path(path) -> bool:
     if not isinstance(path, list) or not path or not isinstance(path[0], list):
         return False
     root = path[0]
-    ok_root = (root == ["self"] or (len(root) == 2 and root[0] in ("arg", "closure", "global",
-                                                                   "module")
-                                    and isinstance(root[1], str) and
-                                    all(p.isidentifier() for p in root[1].split("."))))
+    ok_root = root == ["self"] or (
+        len(root) == 2 and isinstance(root[1], str) and (
+            (root[0] in ("arg", "closure", "global") and root[1].isidentifier()) or
+            (root[0] == "module" and all(p.isidentifier() for p in root[1].split(".")))))
     return ok_root and all(
         isinstance(st, list) and len(st) == 2 and (
             (st[0] == "attr" and isinstance(st[1], str) and st[1].isidentifier()) or
@@ -125,9 +125,8 @@ def resolve(path, method, args=(), kwargs=None) -> Any:
         obj = cell.cell_contents
     elif kind == "global":
         obj = func.__globals__[path[0][1]]
-    else:
-        name = path[0][1]
-        obj = sys.modules.get(name) or importlib.import_module(name)
+    else:  # only a module this process has imported: an entry never makes us import one
+        obj = sys.modules[path[0][1]]
     for kind, key in path[1:]:
         obj = getattr(obj, key) if kind == "attr" else obj[key]
     return obj
