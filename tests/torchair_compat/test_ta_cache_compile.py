@@ -419,3 +419,16 @@ def test_cache_compile_buf_not_in_self(tmp_path, mode):
         out = fn2(x, extra_param1=torch.tensor([1, 2, 3]), extra_param2=[10, 20])
     assert fn2.last_source == "cache" and fn2.rejections == []
     assert torch.equal(out, model2.forward(x))
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "npugraph_ex"])
+def test_ge_cache_true_is_named_in_every_mode(tmp_path, caplog, mode):
+    with caplog.at_level(logging.WARNING, "torchair_dist"):
+        torchair.inference.cache_compile(Decoder().forward, config=_cfg(mode),
+                                         cache_dir=str(tmp_path), ge_cache=True)
+    assert [r for r in caplog.records if "ge_cache" in r.getMessage()]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "torchair_dist"):
+        torchair.inference.cache_compile(Decoder().forward, config=_cfg(mode),
+                                         cache_dir=str(tmp_path), ge_cache=False)
+    assert not [r for r in caplog.records if "ge_cache" in r.getMessage()]

@@ -225,8 +225,9 @@ def cache_compile(func, *, config=None, backend=None, dynamic: bool = False,
     static entries (one per input signature), since a stored graph has no symbolic shapes.
     ``model.forward = cache_compile(model.forward)`` works: the method is taken once, here.
     Dataclass arguments are looked into (their tensors are inputs), and tensors kept in plain
-    list/tuple attributes of the module count as its state. ``ge_cache`` is
-    accepted for TorchAir compatibility and ignored (with a warning) in ACL modes.
+    list/tuple attributes of the module count as its state. ``ge_cache=True`` is
+    accepted for TorchAir compatibility with a warning: ignored in ACL modes; in max-autotune
+    the entry already holds the graph and the GE model is rebuilt from it on load.
 
     ``**kwargs`` (TorchAir's signature ends in it): ``fullgraph`` is used (True, the default
     here: one graph or an error; False: graph breaks are allowed, the function runs compiled
@@ -259,6 +260,10 @@ def cache_compile(func, *, config=None, backend=None, dynamic: bool = False,
     config = (config or CompilerConfig()).copy()
     if ge_cache and config.is_acl_mode:
         log.warning("cache_compile: ge_cache is ignored in mode %s", config.get("mode"))
+    elif ge_cache:
+        log.warning("cache_compile: ge_cache=True has no further effect here: an entry stores "
+                    "the graph and the GE model is rebuilt from it on load (no compiled GE "
+                    "artifact is cached)")
     made = get_npu_backend(compiler_config=config,
                            custom_decompositions=custom_decompositions or {})
     decompositions = made.keywords["decompositions"]
