@@ -6,7 +6,8 @@ the stream/event helpers (``npu_stream_switch``, ``npu_wait_tensor``, tagged eve
 names: the submodules ``inference``, ``scope``, ``ops`` and :mod:`.compat` (``logger``,
 ``register_replacement``, ``patch_for_hcom``, ``use_internal_format_weight``, ``compile_fx``),
 and the converter API for users' ops: ``register_fx_node_ge_converter`` and the ``ge``
-namespace; ``import torchair_dist as torchair`` runs TorchAir scripts (README: "Coming from
+namespace; ``import torchair_dist as torchair`` runs TorchAir scripts, and
+``install_torchair_alias()`` runs code that imports ``torchair`` unchanged (README: "Coming from
 TorchAir").
 """
 from .base.torch_support import check_torch_version as _check_torch_version
@@ -31,6 +32,7 @@ from . import inference, ops, scope  # noqa: E402 - TorchAir's submodules
 from .compat.names import (compile_fx, logger, npu_format_cast_via_cpu, patch_for_hcom,  # noqa: E402
                      register_replacement, use_internal_format_weight)
 
+from .compat.alias import install_torchair_alias  # noqa: E402
 from ._version import __version__  # noqa: E402
 
 _remap.install()
@@ -41,4 +43,4 @@ __all__ = ["get_npu_backend", "get_compiler", "CompilerConfig", "cache_compile",
            "npu_record_tagged_stream", "capture_report", "reset_capture_report", "__version__",
            "inference", "ops", "scope", "compile_fx", "logger", "npu_format_cast_via_cpu",
            "patch_for_hcom", "register_replacement", "use_internal_format_weight",
-           "register_fx_node_ge_converter", "ge"]
+           "register_fx_node_ge_converter", "ge", "install_torchair_alias"]

@@ -1,6 +1,7 @@
 """``torchair_dist.inference``: TorchAir's ``torchair.inference`` names.
 
-* ``cache_compile``: :func:`torchair_dist.cache.cache_compile` (our default ``dynamic=False``;
+* ``cache_compile``: :func:`torchair_dist.cache.cache_compile` (TorchAir's signature, ``**kwargs``
+  included: ``fullgraph`` is used, other keywords are named in a warning; our default ``dynamic=False``;
   TorchAir's is ``True``, accepted with a warning: entries are static per input signature).
 * ``readable_cache``: the graph of a cache entry as text.
 * ``set_dim_gears``: TorchAir's GE "gears" (a dim takes one of a few sizes). Here the dims

@@ -228,3 +228,207 @@ def test_backend_argument_with_its_config(tmp_path):
     with torch.no_grad():
         assert torch.equal(fn(x), ref(x))
     assert fn.last_source == "compiled" and len(_entries(str(tmp_path / "c"))) == 1
+
+
+def test_torchair_keywords_fullgraph_and_unknown_ones(tmp_path, caplog):
+    """vllm-ascend's call: ``cache_compile(fn, dynamic=..., fullgraph=True, cache_dir=...,
+    config=config, ge_cache=False)``. fullgraph=True saves; fullgraph=False lets a graph
+    break compile (not saved); an unknown keyword is named in one warning."""
+    cache_dir = str(tmp_path / "cache")
+    model, ref = Decoder().eval(), Decoder().eval()
+    fn = torchair.inference.cache_compile(model.forward, dynamic=False, fullgraph=True,
+                                          cache_dir=cache_dir, config=_cfg(), ge_cache=False)
+    x, meta = torch.randn(2, 4), Meta(torch.tensor([1, 4]), 2.0)
+    with torch.no_grad():
+        assert torch.equal(fn(x, meta), ref(x, meta))
+    assert fn.fullgraph is True and len(_entries(cache_dir)) == 1
+
+    class Breaks(torch.nn.Module):
+        def forward(self, x):
+            y = x * 2
+            torch._dynamo.graph_break()
+            return y + 1
+
+    with caplog.at_level(logging.WARNING, "torchair_dist"):
+        fn = torchair.inference.cache_compile(Breaks().forward, fullgraph=False,
+                                              cache_dir=str(tmp_path / "c2"), config=_cfg(),
+                                              dynamic=False, tiling_cache=True, foo=1)
+    assert [r.getMessage() for r in caplog.records if "foo" in r.getMessage()] == [
+        "cache_compile: keyword argument(s) foo, tiling_cache have no effect here (TorchAir's "
+        "cache_compile accepts and drops them too)"]
+    x = torch.randn(3)
+    assert torch.equal(fn(x), x * 2 + 1)
+    assert _entries(str(tmp_path / "c2")) == []  # two graphs: runs compiled, not saved
+    with pytest.raises(ConfigError, match="fullgraph"):
+        torchair.inference.cache_compile(Breaks().forward, fullgraph="yes")
+
+
+# -- tensors read through globals, closures and objects -----------------------------------------
+
+class _ForwardContext:
+    """vllm's forward context: a global object whose tensors the model reads."""
+
+    def __init__(self, n):
+        self.mc2_mask = torch.arange(n) % 2 == 0
+
+
+_FORWARD_CONTEXT = _ForwardContext(4)
+
+
+def get_forward_context():
+    return _FORWARD_CONTEXT
+
+
+class MoE(torch.nn.Module):
+    """Reads a mask through a global object and a scale captured by a closure."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.proj = torch.nn.Linear(4, 4)
+        scale = torch.full((4,), 0.5)
+
+        def mix(h):
+            return h * scale
+        self.mix = mix
+
+    def forward(self, x):
+        h = self.proj(x)
+        mask = get_forward_context().mc2_mask
+        return self.mix(torch.where(mask[:, None], h, -h))
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "npugraph_ex"])
+def test_tensors_read_through_a_global_object_and_a_closure_are_cached(tmp_path, mode, caplog):
+    global _FORWARD_CONTEXT
+    cache_dir = str(tmp_path / "cache")
+    ref = MoE().eval()
+    model = MoE().eval()
+    model.forward = torchair.inference.cache_compile(model.forward, config=_cfg(mode),
+                                                     cache_dir=cache_dir, dynamic=False)
+    x = torch.randn(4, 4)
+    with torch.no_grad():
+        assert torch.equal(model(x), ref(x))
+    assert len(_entries(cache_dir)) == 1, "the global's tensor must not stop the save"
+    entry = open(_entries(cache_dir)[0]).read()
+    assert '["module", "test_ta_cache_compile"]' in entry or '"global"' in entry
+
+    _fresh_process()
+    again = MoE().eval()
+    again.forward = torchair.inference.cache_compile(again.forward, config=_cfg(mode),
+                                                     cache_dir=cache_dir, dynamic=False)
+    _FORWARD_CONTEXT.mc2_mask = ~_FORWARD_CONTEXT.mc2_mask  # read at call time: new values
+    with torch.no_grad():
+        assert torch.equal(again(x), ref(x))
+        assert again.forward.last_source == "cache"
+        _FORWARD_CONTEXT.mc2_mask[0] = False  # in place, too
+        assert torch.equal(again(x), ref(x))
+        assert again.forward.last_source == "memory"
+        # the mask changes shape: the entry no longer fits; it recompiles (as a guard would)
+        saved = _FORWARD_CONTEXT
+        try:
+            _FORWARD_CONTEXT = _ForwardContext(1)
+            with caplog.at_level(logging.WARNING, "torchair_dist"):
+                assert torch.equal(again(x), ref(x))  # broadcasts over the 4 rows
+            assert again.forward.last_source == "compiled"
+            assert "mc2_mask is now" in caplog.text
+        finally:
+            _FORWARD_CONTEXT = saved
+    assert torch.equal(again(x), ref(x))
+
+
+class _MLAAttn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.kv_cache = [[torch.tensor([]), torch.tensor([])]]
+
+    def init_kv_cache(self, shape):
+        for j in range(len(self.kv_cache[0])):
+            if self.kv_cache[0][j].shape != torch.Size(shape):
+                self.kv_cache[0][j] = torch.zeros(shape)
+
+    def forward(self, x):
+        cache = self.kv_cache[0][1]
+        return x + cache if cache.numel() > 0 else x
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.self_attention = [torch.nn.Sequential()]  # a module in a plain list: not a child
+        self.self_attention[0].mla_attn = _MLAAttn()
+
+    def forward(self, x):
+        return self.self_attention[0].mla_attn(x)
+
+
+class _BufNotInSelf(torch.nn.Module):
+    """The shape of TorchAir's smoke test ``test_cache_compile_buf_not_in_self_with_inline_false``:
+    a KV cache in a list of lists of a module that is itself kept in a plain list, so the cache
+    is no parameter/buffer of the compiled module; forward replaced by one with extra
+    arguments."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear1 = torch.nn.Linear(2, 1)
+        self.linear2 = torch.nn.Linear(2, 1)
+        for p in self.parameters():
+            torch.nn.init.ones_(p)
+        self.layers = torch.nn.ModuleList([_Layer()])
+
+    def forward(self, x):
+        attn = self.layers[0].self_attention[0].mla_attn
+        cache = attn.kv_cache[0][1]
+        h = x + cache if cache.numel() > 0 else x
+        for layer in self.layers:
+            h = layer(h)
+        return self.linear1(x) + self.linear2(h)
+
+
+def _buf_not_in_self_model(cache_dir, mode):
+    import types
+
+    model = _BufNotInSelf()
+    model.layers[0].self_attention[0].mla_attn.init_kv_cache((2, 2))
+    model.layers[0].self_attention[0].mla_attn.kv_cache[0][1] += 3.0
+    forward_org = model.forward
+
+    def forward(self, x, extra_param1=None, extra_param2=None):
+        return forward_org(x)
+
+    model.forward = types.MethodType(forward, model)
+    return model, torchair.inference.cache_compile(model.forward, config=_cfg(mode),
+                                                   cache_dir=cache_dir, dynamic=True)
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "npugraph_ex"])  # TorchAir's two variants
+def test_cache_compile_buf_not_in_self(tmp_path, mode):
+    cache_dir = str(tmp_path / "cache")
+    x = torch.randn(2, 2)
+    model, fn = _buf_not_in_self_model(cache_dir, mode)
+    with torch.no_grad():
+        expect = model.forward(x)
+        for _ in range(2):
+            out = fn(x, extra_param1=torch.tensor([1, 2, 3]), extra_param2=[10, 20])
+            assert torch.equal(out, expect)
+    assert len(_entries(cache_dir)) == 1
+    assert '"source"' in open(_entries(cache_dir)[0]).read()  # the cache, read through its path
+    _fresh_process()
+    model2, fn2 = _buf_not_in_self_model(cache_dir, mode)
+    with torch.no_grad():
+        out = fn2(x, extra_param1=torch.tensor([1, 2, 3]), extra_param2=[10, 20])
+    assert fn2.last_source == "cache" and fn2.rejections == []
+    assert torch.equal(out, model2.forward(x))
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "npugraph_ex"])
+def test_ge_cache_true_is_named_in_every_mode(tmp_path, caplog, mode):
+    with caplog.at_level(logging.WARNING, "torchair_dist"):
+        torchair.inference.cache_compile(Decoder().forward, config=_cfg(mode),
+                                         cache_dir=str(tmp_path), ge_cache=True)
+    assert [r for r in caplog.records if "ge_cache" in r.getMessage()]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "torchair_dist"):
+        torchair.inference.cache_compile(Decoder().forward, config=_cfg(mode),
+                                         cache_dir=str(tmp_path), ge_cache=False)
+    assert not [r for r in caplog.records if "ge_cache" in r.getMessage()]

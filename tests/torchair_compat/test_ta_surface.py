@@ -1,5 +1,6 @@
 """Every public TorchAir name resolves under ``import torchair_dist as torchair`` (or is listed
-as not provided, with why), with TorchAir's parameter names in TorchAir's order; the README's
+as not provided, with why), with TorchAir's parameters: names, order, kinds and defaults
+(a deliberate default difference is declared with why); the README's
 table is the rendering of ``torchair_dist.compat.surface``."""
 import inspect
 
@@ -56,14 +57,39 @@ def test_every_name_resolves_or_says_why_not(row):
         assert row.why, "an accepted-without-effect name must say why"
 
 
-@pytest.mark.parametrize("row", [r for r in surface.ROWS if r.params is not None],
+@pytest.mark.parametrize("row", [r for r in surface.ROWS if r.sig is not None],
                          ids=lambda r: f"{r.module}.{r.name}")
-def test_parameter_names_are_torchairs_in_order(row):
+def test_signature_is_torchairs_names_order_kinds_and_defaults(row):
     fn = surface.resolve(row)
     if fn is None:
         pytest.skip("not built in this tree")
-    ours = [p for p in inspect.signature(fn).parameters if p not in ("kwargs",)]
-    assert ours[:len(row.params)] == list(row.params), f"{row.name}{inspect.signature(fn)}"
+    assert surface.signature_differences(row) == [], f"{row.name}{inspect.signature(fn)}"
+    # a declared difference is a real one (and says why)
+    params = inspect.signature(fn).parameters
+    theirs = {p.name: p.default for p in surface.torchair_params(row.sig)}
+    for name, why in row.differs:
+        assert len(why) > 20
+        assert not surface.default_matches(params[name].default, theirs[name]), name
+
+
+@pytest.mark.parametrize("sig,ours,expect", [
+    # what the comparison catches: a missing **kwargs, a keyword-only made positional, another
+    # default, a missing default
+    ("(func, *, config=None, **kwargs)", lambda func, *, config=None: 0, "parameters"),
+    ("(func, *, config=None)", lambda func, config=None: 0, "kind"),
+    ("(x, n=3)", lambda x, n=4: 0, "default 4"),
+    ("(x, n=3)", lambda x, n: 0, "default <class"),
+    ("(x, f=fwd_only)", lambda x, f=print: 0, "default <built-in"),
+    ("(x, d=[])", lambda x, d=(): 0, None),
+])
+def test_signature_comparison_sees_kinds_and_defaults(sig, ours, expect, monkeypatch):
+    row = surface.Row("m", "f", "m:f", surface.SAME, "", sig)
+    monkeypatch.setattr(surface, "resolve", lambda r: ours)
+    problems = surface.signature_differences(row)
+    if expect is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and expect in problems[0], problems
 
 
 def test_deadlock_check_is_an_options_key():

@@ -10,6 +10,7 @@ import json
 import logging
 import multiprocessing as mp
 import os
+import types
 import subprocess
 import sys
 import textwrap
@@ -359,11 +360,16 @@ def test_stored_names_never_reach_generated_code():
 
 
 W_GLOBAL = torch.randn(8, 8, generator=torch.Generator().manual_seed(2))
+_HOLDER = types.SimpleNamespace()
+setattr(_HOLDER, "w-global", W_GLOBAL)  # an attribute no path of the cache can name
 
 
 class UsesGlobal(nn.Module):
+    """Reads a global tensor through an attribute that is not an identifier: outside the
+    paths a cache entry stores (cache/sources.py), so the function is not cacheable."""
+
     def forward(self, x):
-        return torch.mm(x, W_GLOBAL)
+        return torch.mm(x, getattr(_HOLDER, "w-global"))
 
 
 def test_not_cacheable_still_runs_compiled(tmp_path, warnings_log):
@@ -373,6 +379,7 @@ def test_not_cacheable_still_runs_compiled(tmp_path, warnings_log):
     fn = torchair_dist.cache_compile(net, config=cfg, cache_dir=str(tmp_path / "c"))
     assert torch.equal(fn(X), X @ W_GLOBAL) and fn.last_source == "compiled"
     assert "not cacheable" in warnings_log.text and "neither a parameter" in warnings_log.text
+    assert "attribute path" in warnings_log.text
     assert not os.path.exists(os.path.join(fn.directory(), "index.json"))
     assert torch.equal(fn(X), X @ W_GLOBAL) and fn.last_source == "memory"
 

@@ -45,6 +45,7 @@ LEVELS = {
     "torchair_dist.pipeline.dynamo_export": 6, "torchair_dist.cache.": 6,
     "torchair_dist.tools.docs": 6, "torchair_dist.inference": 6,
     "torchair_dist.compat.names": 6, "torchair_dist.compat.surface": 6,
+    "torchair_dist.compat.alias": 0,  # errors only; the rest by name, when installed
     "torchair_dist": 7,  # the package's __init__ only: the public API
 }
 

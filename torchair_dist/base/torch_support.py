@@ -126,6 +126,8 @@ PRIVATE_APIS: Dict[str, str] = {
     "torch._dynamo.exc": "Unsupported: a trace failure told apart from a user error",
     "torch._dynamo.graph_bytecode_inputs": "user stream objects passed into the graph",
     "torch._dynamo.reset": "export and cache compile from a clean Dynamo state",
+    "torch._dynamo.source": "cache entries store where a graph input is read from (Dynamo's "
+                            "source chain of an input read through a global or an object)",
     "torch._dynamo.mark_dynamic": "inference.set_dim_gears marks the geared dims dynamic",
     "torch._dynamo.trace_rules": "is_polyfilled_callable: remaps installed once",
     "torch._dynamo.utils": "GmWrapper: AOT's forward wrapper recognised for the direct call",

@@ -25,8 +25,14 @@ rebuild the caller's result:
   submodules hold as attributes, DTensor meshes and group arguments of the call enter the keys
   by their ranks.
 * inputs: one entry per graph placeholder: a parameter/buffer by qualified name (the DTensor's
-  local shard when it is one), a leaf of the call's arguments, or ``none`` for an unused
-  non-tensor placeholder (DTensor's DeviceMesh objects).
+  local shard when it is one), a leaf of the call's arguments, ``none`` for an unused
+  non-tensor placeholder (DTensor's DeviceMesh objects), or a *path* for a tensor the function
+  reads through a global, a closure or an object (vLLM's ``get_forward_context().mc2_mask``, a
+  KV cache in a list of a module kept in a plain list): Dynamo's source of that input as
+  ``[root, attr/item steps]`` (:mod:`.sources`), walked again at every call of a loaded entry,
+  so the values are the ones the code would read; the entry keeps the tensor's dtype, shape,
+  stride and device, and a call where they differ recompiles (with a warning), as a Dynamo
+  guard would.
 * outputs: the caller-visible pytree spec (``treespec_dumps``: types resolved only through
   pytree's registry) and per leaf a graph output, a view of one, an argument, or a constant.
 
@@ -67,8 +73,10 @@ version check is a second line. Writes go to a ``mkstemp`` file (0600) that is f
 
 Limits: static shapes only (``dynamic=False``; a new input signature compiles and adds an
 entry); inference only (runs under ``torch.no_grad()``); the function must compile to one graph
-(``fullgraph``) whose inputs are the module's parameters/buffers and the call's arguments, and
-whose Python side effects (other than tensor writes inside the graph) do not matter. A group
+(``fullgraph``) whose inputs are the module's parameters/buffers, the call's arguments and
+tensors reached by attribute/index paths from the module, the arguments, the function's
+globals or closure, and whose Python side effects (other than tensor writes inside the graph)
+do not matter. A group
 the function reads from a global or a closure is not in the key (like any other global): if the
 next job's code picks a group with other ranks while the stored ranks still exist, the entry
 runs on the stored ranks.
@@ -77,7 +85,7 @@ Modules: :mod:`.store` (paths, ownership/permission checks, locking, atomic writ
 index), :mod:`.graph_data` (graph <-> JSON data, ``torch.ops``-only op lookup), :mod:`.keys`
 (model key, input signature, versions), :mod:`.groups` (groups by ranks in entries and keys),
 :mod:`.record` (cold path: the recording backend and the input/output maps), :mod:`.entry`
-(warm path: :class:`LoadedEntry`), :mod:`.api` (:func:`cache_compile`,
+(warm path: :class:`LoadedEntry`), :mod:`.sources` (inputs read through paths), :mod:`.api` (:func:`cache_compile`,
 :class:`CacheCompiledFunction`).
 """
 import os  # noqa: F401 - part of this module's namespace before the split (tests patch

@@ -15,6 +15,7 @@ from ..configs import CompilerConfig
 from ..errors import CacheRejectedError, ConfigError
 from .entry import LoadedEntry
 from .graph_data import NotCacheableError
+from .sources import SourceChanged
 from .keys import _versions, call_key, fast_key, input_signature, model_key
 from .record import _cache_backend, _map_inputs, _map_outputs, _Record
 from .store import INDEX, cache_root, check_dirs, rank_dir_name, read_indexed, write_indexed
@@ -28,13 +29,14 @@ class CacheCompiledFunction:
     _is_cache_wrapper = True  # not a value the graph bakes in (keys._module_attributes)
 
     def __init__(self, module, func_name, config, decompositions, cache_dir, rank_dir,
-                 method=None, dynamic: bool = False):
+                 method=None, dynamic: bool = False, fullgraph: bool = True):
         self.module, self.func_name = module, func_name
         # The callable compiled on a miss, taken when cache_compile was called: after
         # ``model.forward = cache_compile(model.forward)`` the module's attribute is this
         # wrapper, which Dynamo must not trace into.
         self.method = method if method is not None else getattr(module, func_name)
         self.dynamic = dynamic
+        self.fullgraph = fullgraph  # False: graph breaks compile, but nothing is saved
         self.config, self.decompositions = config, decompositions
         self.cache_root = cache_dir
         self.rank_dir = rank_dir
@@ -59,6 +61,26 @@ class CacheCompiledFunction:
 
     # -- call ----------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        try:
+            return self._call(args, kwargs)
+        except SourceChanged as exc:
+            # a tensor read through a global/closure/object changed its dtype/shape/device:
+            # what Dynamo's guards would recompile for (a loaded entry has no guards)
+            log.warning("torchair_dist cache: %s.%s: %s; recompiling", type(self.module).__name__,
+                        self.func_name, exc)
+            self.rejections.append(exc)
+            self._forget_loaded()
+            return self._compile_and_save(call_key(args, kwargs),
+                                          input_signature(args, kwargs, call_key(args, kwargs)),
+                                          args, kwargs)
+
+    def _forget_loaded(self) -> None:
+        """Drop the loaded entries (compiled functions stay: Dynamo's guards keep them right)."""
+        for table in (self.loaded, self._by_fast_key):
+            for k in [k for k, fn in table.items() if getattr(fn, "reads_sources", False)]:
+                del table[k]
+
+    def _call(self, args, kwargs):
         fast = None if kwargs else fast_key(args)
         if fast is not None:
             fn = self._by_fast_key.get(fast)
@@ -89,7 +111,8 @@ class CacheCompiledFunction:
             data = self.read_entry(sig)
             if data is None:
                 return None
-            return LoadedEntry(data, self.module, self.config, args, kwargs)
+            return LoadedEntry(data, self.module, self.config, args, kwargs,
+                               method=self.method)
         except CacheRejectedError as exc:
             rejected = exc
         except Exception as exc:  # noqa: BLE001 - a broken entry must never stop the model
@@ -121,7 +144,8 @@ class CacheCompiledFunction:
     def _compile_and_save(self, key: tuple, sig: str, args, kwargs):
         record = _Record()
         backend = _cache_backend(self.config, self.decompositions, record)
-        compiled = torch.compile(self.method, backend=backend, fullgraph=True, dynamic=False)
+        compiled = torch.compile(self.method, backend=backend, fullgraph=self.fullgraph,
+                                 dynamic=False)
         with torch.no_grad():
             result = compiled(*args, **kwargs)
         self.loaded[key] = lambda a, k: _no_grad_call(compiled, a, k)
@@ -152,7 +176,8 @@ class CacheCompiledFunction:
         return {"versions": _versions(), "signature": sig, "model_key": self._key,
                 "graph": g["graph"],
                 "static": g["static"], "created": time.time(),
-                "inputs": _map_inputs(record, self.module, args, kwargs, g["used"]),
+                "inputs": _map_inputs(record, self.module, args, kwargs, g["used"],
+                                      self.method),
                 "outputs": _map_outputs(record, result, args, kwargs)}
 
     def write_entry(self, sig: str, data: Dict) -> None:
@@ -188,7 +213,7 @@ def cache_compile(func, *, config=None, backend=None, dynamic: bool = False,
                   cache_dir: Optional[str] = None, global_rank: Optional[int] = None,
                   tp_rank: Optional[int] = None, pp_rank: Optional[int] = None,
                   custom_decompositions: Optional[Dict] = None,
-                  ge_cache: bool = False) -> CacheCompiledFunction:
+                  ge_cache: bool = False, **kwargs) -> CacheCompiledFunction:
     """Compile ``func`` (a bound method of an ``nn.Module``, or a module: its ``forward``)
     with our backend, caching what this rank compiled under ``cache_dir``.
 
@@ -200,9 +225,21 @@ def cache_compile(func, *, config=None, backend=None, dynamic: bool = False,
     static entries (one per input signature), since a stored graph has no symbolic shapes.
     ``model.forward = cache_compile(model.forward)`` works: the method is taken once, here.
     Dataclass arguments are looked into (their tensors are inputs), and tensors kept in plain
-    list/tuple attributes of the module count as its state. ``ge_cache`` is
-    accepted for TorchAir compatibility and ignored (with a warning) in ACL modes.
+    list/tuple attributes of the module count as its state. ``ge_cache=True`` is
+    accepted for TorchAir compatibility with a warning: ignored in ACL modes; in max-autotune
+    the entry already holds the graph and the GE model is rebuilt from it on load.
+
+    ``**kwargs`` (TorchAir's signature ends in it): ``fullgraph`` is used (True, the default
+    here: one graph or an error; False: graph breaks are allowed, the function runs compiled
+    and is not saved, as any function of more than one graph); any other keyword is named in
+    one warning and has no effect (TorchAir drops them silently).
     """
+    fullgraph = kwargs.pop("fullgraph", True)
+    if not isinstance(fullgraph, bool):
+        raise ConfigError(f"cache_compile: fullgraph must be True or False, got {fullgraph!r}")
+    if kwargs:
+        log.warning("cache_compile: keyword argument(s) %s have no effect here (TorchAir's "
+                    "cache_compile accepts and drops them too)", ", ".join(sorted(kwargs)))
     _check_arguments(config=config, backend=backend, dynamic=dynamic, cache_dir=cache_dir,
                      global_rank=global_rank, tp_rank=tp_rank, pp_rank=pp_rank,
                      custom_decompositions=custom_decompositions, ge_cache=ge_cache)
@@ -223,6 +260,10 @@ def cache_compile(func, *, config=None, backend=None, dynamic: bool = False,
     config = (config or CompilerConfig()).copy()
     if ge_cache and config.is_acl_mode:
         log.warning("cache_compile: ge_cache is ignored in mode %s", config.get("mode"))
+    elif ge_cache:
+        log.warning("cache_compile: ge_cache=True has no further effect here: an entry stores "
+                    "the graph and the GE model is rebuilt from it on load (no compiled GE "
+                    "artifact is cached)")
     made = get_npu_backend(compiler_config=config,
                            custom_decompositions=custom_decompositions or {})
     decompositions = made.keywords["decompositions"]
@@ -237,4 +278,4 @@ def cache_compile(func, *, config=None, backend=None, dynamic: bool = False,
                     "dynamic=False to silence this warning")
     return CacheCompiledFunction(module, func_name, config, decompositions,
                                  cache_root(cache_dir), rank_dir, method=target,
-                                 dynamic=dynamic)
+                                 dynamic=dynamic, fullgraph=fullgraph)

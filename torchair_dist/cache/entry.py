@@ -15,18 +15,24 @@ from ..pipeline.route import build_runner, make_context
 from ..errors import CacheRejectedError
 from .graph_data import _dec, graph_from_data
 from .keys import _state_tensors, call_leaves
+from .sources import check_meta, check_path, make_getter
 
 
 class LoadedEntry:
     """A graph rebuilt from a verified entry, loaded by the mode's backend; callable like the
     original function."""
 
-    def __init__(self, data: Dict, module, config, args, kwargs):
+    def __init__(self, data: Dict, module, config, args, kwargs, method=None):
         self.module = module
         gm = graph_from_data(data["graph"])
         self.inputs, self.out_leaves = _checked_io(data, module, args, kwargs, gm)
-        self.getters = [self._state_getter(s[1], s[2]) if s[0] == "state" else None
-                        for s in self.inputs]
+        if method is None and any(s[0] == "source" for s in self.inputs):
+            raise CacheRejectedError("entry reads inputs through paths; no method to walk them")
+        self.getters = [self._state_getter(s[1], s[2]) if s[0] == "state" else
+                        make_getter(s[1], s[2], method, s[1][0][0] == "arg")
+                        if s[0] == "source" else None for s in self.inputs]
+        # a tensor read through a path can change under the entry (keys: SourceChanged)
+        self.reads_sources = any(s[0] == "source" for s in self.inputs)
         self.out_spec = pytree.treespec_loads(data["outputs"]["spec"])
         flat = self._flat_inputs(args, kwargs)
         mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -55,8 +61,8 @@ class LoadedEntry:
         leaves = call_leaves(args, kwargs)
         flat = []
         for spec, get in zip(self.inputs, self.getters):
-            flat.append(get() if get is not None else
-                        leaves[spec[1]] if spec[0] == "arg" else None)
+            flat.append(get(args, kwargs) if spec[0] == "source" else get() if get is not None
+                        else leaves[spec[1]] if spec[0] == "arg" else None)
         return flat
 
     def __call__(self, args, kwargs):
@@ -119,6 +125,9 @@ def _fast_call(entry: "LoadedEntry", args, kwargs):
         elif s[0] == "state":
             names[f"get{i}"] = entry.getters[i]
             inputs.append(f"get{i}()")
+        elif s[0] == "source":
+            names[f"get{i}"] = entry.getters[i]
+            inputs.append(f"get{i}(args, kwargs)")
         else:
             inputs.append("None")
     outs = []
@@ -133,6 +142,7 @@ def _fast_call(entry: "LoadedEntry", args, kwargs):
     source = _FAST_SOURCE.format(inputs=", ".join(inputs), run=run,
                                  result=pattern.format(", ".join(outs)))
     exec(compile(source, "<torchair_dist cache entry>", "exec"), names)  # noqa: S102
+    names["call"].reads_sources = entry.reads_sources
     return names["call"]
 
 
@@ -148,6 +158,7 @@ def _checked_io(data: Dict, module, args, kwargs, gm) -> Tuple[List, List]:
 
     def ok_in(s):
         return (s == ["none"] or (len(s) == 2 and s[0] == "arg" and _index(s[1], n_args)) or
+                (len(s) == 3 and s[0] == "source" and check_path(s[1]) and check_meta(s[2])) or
                 (len(s) == 3 and s[0] == "state" and s[1] in state and isinstance(s[2], bool)))
 
     def ok_out(s):

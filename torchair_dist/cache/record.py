@@ -14,6 +14,7 @@ from ..pipeline.entry import _npu_backend
 from ..pipeline.route import NpuFxCompiler
 from .graph_data import NotCacheableError, _enc, graph_to_data
 from .keys import _state_tensors, call_leaves
+from .sources import graph_input_sources, resolve, source_path, tensor_meta
 
 
 class _Record:
@@ -24,6 +25,7 @@ class _Record:
         self.graphs: List[Dict] = []
         self.first_args: Optional[List[Any]] = None
         self.first_outputs: Optional[List[Any]] = None
+        self.sources: Optional[List[Any]] = None  # Dynamo's source of each graph input
 
 
 class RecordingCompiler(NpuFxCompiler):
@@ -71,6 +73,7 @@ def _cache_backend(config, decompositions: Dict, record: _Record):
 
     def backend(gm, example_inputs, **kwargs):
         record.dynamo_graphs += 1
+        record.sources = graph_input_sources(gm)
         return entry(gm, example_inputs, **kwargs)
 
     return backend
@@ -82,7 +85,11 @@ def _check_mutations(meta) -> None:
             raise NotCacheableError(f"graph input {i} is mutated outside the graph")
 
 
-def _map_inputs(record: _Record, module, args, kwargs, used: List[bool]) -> List[List]:
+def _map_inputs(record: _Record, module, args, kwargs, used: List[bool],
+                method=None) -> List[List]:
+    """Where each graph input comes from: ``["state", name, local]``, ``["arg", k]``,
+    ``["none"]``, or ``["source", path, meta]`` for a tensor the function reads through a
+    global, a closure or an object (:mod:`.sources`)."""
     by_id: Dict[int, List] = {}
     state = list(_state_tensors(module))
     # parameters/buffers, then the call's arguments, then tensors of list attributes ("a[i]"):
@@ -107,9 +114,31 @@ def _map_inputs(record: _Record, module, args, kwargs, used: List[bool]) -> List
         elif not isinstance(a, torch.Tensor) and not used[i]:
             specs.append(["none"])
         else:
-            raise NotCacheableError(f"graph input {i} ({type(a).__name__}) is neither a "
-                                    f"parameter/buffer of the module nor a call argument")
+            specs.append(_source_spec(record, i, a, method, args, kwargs))
     return specs
+
+
+def _source_spec(record: _Record, i: int, a, method, args, kwargs) -> List:
+    """``["source", path, meta]`` for graph input ``i``: Dynamo's source of it as a path that,
+    walked on the live objects, gives this very tensor."""
+    why = "is neither a parameter/buffer of the module nor a call argument"
+    sources = record.sources
+    if (method is None or not isinstance(a, torch.Tensor) or type(a) not in
+            (torch.Tensor, torch.nn.Parameter) or sources is None or
+            len(sources) != len(record.first_args) or sources[i] is None):
+        raise NotCacheableError(f"graph input {i} ({type(a).__name__}) {why}")
+    try:
+        path = source_path(sources[i], method)
+    except NotCacheableError as exc:
+        raise NotCacheableError(f"graph input {i} (Tensor) {why}, and {exc}") from None
+    try:
+        found = resolve(path, method, args, kwargs)
+    except Exception:  # noqa: BLE001 - a path that does not walk is not stored
+        found = None
+    if found is not a:
+        raise NotCacheableError(f"graph input {i} (Tensor) {why}, and {sources[i].name} "
+                                f"does not lead back to it")
+    return ["source", path, tensor_meta(a)]
 
 
 def _map_outputs(record: _Record, result, args, kwargs) -> Dict:

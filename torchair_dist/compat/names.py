@@ -36,8 +36,9 @@ def use_internal_format_weight(model: torch.nn.Module) -> None:
                    "Ascend; %s is unchanged", type(model).__name__)
 
 
-def npu_format_cast_via_cpu(self: torch.Tensor, acl_format: int, customize_dtype=None,
-                            *args, **kwargs) -> torch.Tensor:
+def npu_format_cast_via_cpu(self: torch.Tensor, acl_format: int,
+                            customize_dtype: Optional[int] = None,
+                            input_dtype: Optional[int] = None) -> torch.Tensor:
     """Ascend: a copy of ``self`` in ACL format ``acl_format``. Here: ``self`` unchanged
     (there is one format; a warning says so)."""
     logger.warning("npu_format_cast_via_cpu(acl_format=%s): NPU formats exist only on Ascend; "

@@ -1,9 +1,11 @@
 """TorchAir's public names, as data, and where each lives here (the README's "Coming from
 TorchAir" table is rendered from this; ``tests/torchair_compat/test_ta_surface.py`` resolves
-every row and compares parameter names).
+every row and compares each parameter's name, order, kind and default with TorchAir's).
 
 A row: TorchAir's module and name, our ``module:attr`` (None: not provided), the status, why,
-and TorchAir's parameter names (None: not a function, or not compared). Statuses:
+TorchAir's signature as published (``"(func, *, config=None, **kwargs)"``; None: not a
+function), and the parameters whose default deliberately differs here, each with why.
+Statuses:
 
 * ``same``: same name, signature and behaviour;
 * ``accepted``: same name and signature, but no effect on this platform (why says);
@@ -14,8 +16,10 @@ GE converter API comes with another change: its rows render as they resolve).
 """
 from __future__ import annotations
 
+import ast
 import importlib
-from typing import List, NamedTuple, Optional, Tuple
+import inspect
+from typing import Any, List, NamedTuple, Optional, Tuple
 
 SAME, ACCEPTED, ABSENT = "same", "accepted", "absent"
 
@@ -29,7 +33,8 @@ class Row(NamedTuple):
     ours: Optional[str]             # "torchair_dist.x:attr"; None: not provided
     status: str
     why: str = ""
-    params: Optional[Tuple[str, ...]] = None  # TorchAir's parameter names, in order
+    sig: Optional[str] = None       # TorchAir's signature text, "(a, *, b=None, **kwargs)"
+    differs: Tuple[Tuple[str, str], ...] = ()  # (parameter, why its default differs here)
 
 
 _T, _INF, _SC, _OPS, _GE, _NX = ("torchair", "torchair.inference", "torchair.scope",
@@ -38,89 +43,102 @@ _ASCEND = "Ascend-only: "
 
 ROWS: Tuple[Row, ...] = (
     # torchair.__all__
-    Row(_T, "get_compiler", "torchair_dist:get_compiler", SAME, "", ("compiler_config",)),
+    Row(_T, "get_compiler", "torchair_dist:get_compiler", SAME, "", "(compiler_config=None)"),
     Row(_T, "get_npu_backend", "torchair_dist:get_npu_backend", SAME, "",
-        ("compiler_config", "custom_decompositions")),
+        "(*, compiler_config=None, custom_decompositions={})"),
     Row(_T, "dynamo_export", "torchair_dist:dynamo_export", SAME,
-        "writes the GE graph (.air) and weights", ("args", "model", "export_path",
-                                                   "export_name", "dynamic", "config")),
+        "writes the GE graph (.air) and weights",
+        "(*args, model, export_path='export_file', export_name='export', dynamic=False, "
+        "config=CompilerConfig(), **kwargs)",
+        (("config", "None stands for a fresh CompilerConfig() (TorchAir's default is one "
+                    "instance shared by every call)"),)),
     Row(_T, "CompilerConfig", "torchair_dist:CompilerConfig", SAME,
         "every option; see the config reference for where each takes effect"),
     Row(_T, "use_internal_format_weight", "torchair_dist:use_internal_format_weight", ACCEPTED,
-        _ASCEND + "NPU-internal weight formats; warns, model unchanged", ("model",)),
+        _ASCEND + "NPU-internal weight formats; warns, model unchanged", "(model)"),
     Row(_T, "logger", "torchair_dist:logger", SAME, "the `torchair_dist` logging.Logger"),
     Row(_T, "register_fx_node_ge_converter", "torchair_dist:register_fx_node_ge_converter",
-        SAME, "user GE converters (the GE converter API)", ("aten_op",)),
+        SAME, "user GE converters (the GE converter API)", "(aten_op)"),
     Row(_T, "patch_for_hcom", "torchair_dist:patch_for_hcom", ACCEPTED,
         "nothing to patch: collectives are made traceable at import (TorchAir's is a no-op "
-        "too on torch >= 2.3.1); warns", ()),
+        "too on torch >= 2.3.1); warns", "()"),
     Row(_T, "register_replacement", "torchair_dist:register_replacement", SAME,
         "inductor's pattern matcher on the AOT graph, every mode; off with "
-        "pattern_fusion_pass=False", ("search_fn", "replace_fn", "example_inputs", "trace_fn",
-                                      "extra_check", "search_fn_pattern", "scalar_workaround",
-                                      "skip_duplicates")),
+        "pattern_fusion_pass=False",
+        "(search_fn, replace_fn, example_inputs, trace_fn=fwd_only, extra_check=_return_true, "
+        "search_fn_pattern=None, scalar_workaround=None, skip_duplicates=False)"),
     Row(_T, "npu_format_cast_via_cpu", "torchair_dist:npu_format_cast_via_cpu", ACCEPTED,
         _ASCEND + "NPU formats; returns the tensor unchanged, warns",
-        ("self", "acl_format", "customize_dtype")),
+        "(self, acl_format, customize_dtype=None, input_dtype=None)"),
     Row(_T, "inference", "torchair_dist:inference", SAME, "module"),
     Row(_T, "scope", "torchair_dist:scope", SAME, "module"),
     Row(_T, "ops", "torchair_dist:ops", SAME, "module"),
     Row(_T, "ge", "torchair_dist:ge", SAME, "module (the GE converter API)"),
     Row(_T, "llm_datadist", None, ABSENT,
         "LLM-DataDist is Ascend's KV-cache transfer runtime (a separate CANN library)"),
-    # torchair.inference
+    # torchair.inference (its cache_compile passes **kwargs on to the implementation's
+    # backend=, custom_decompositions=, ge_cache=; other keywords are dropped there)
     Row(_INF, "cache_compile", "torchair_dist.inference:cache_compile", SAME,
         "entries are static per input signature: dynamic=True (TorchAir's default; ours is "
-        "False) is accepted with a warning", ("func", "config", "backend", "dynamic",
-                                               "cache_dir", "global_rank", "tp_rank", "pp_rank",
-                                               "custom_decompositions", "ge_cache")),
+        "False) is accepted with a warning; fullgraph=True is what it does anyway; other "
+        "keywords are named in one warning",
+        "(func, *, config=None, backend=None, dynamic=True, cache_dir=None, global_rank=None, "
+        "tp_rank=None, pp_rank=None, custom_decompositions=None, ge_cache=False, **kwargs)",
+        (("dynamic", "entries here are static, one per input signature: True is accepted "
+                     "with a warning, so the default is False"),)),
     Row(_INF, "readable_cache", "torchair_dist.inference:readable_cache", SAME,
         "reads our JSON entries (a file, or a whole cache directory)",
-        ("cache_bin", "print_output", "file")),
+        "(cache_bin, print_output=True, file=None)"),
     Row(_INF, "set_dim_gears", "torchair_dist.inference:set_dim_gears", ACCEPTED,
-        _ASCEND + "GE gears; the dims are marked dynamic instead, warns", ("t", "dim_gears")),
+        _ASCEND + "GE gears; the dims are marked dynamic instead, warns", "(t, dim_gears)"),
     # torchair.scope
     Row(_SC, "npu_stream_switch", "torchair_dist.scope:npu_stream_switch", SAME,
         "real streams on a device, program order on CPU",
-        ("stream_tag", "stream_priority", "enable_inner_parallel")),
+        "(stream_tag, stream_priority=0, enable_inner_parallel=True)"),
     Row(_SC, "npu_wait_tensor", "torchair_dist.scope:npu_wait_tensor", SAME, "",
-        ("self", "dependency")),
+        "(self, dependency)"),
     Row(_SC, "super_kernel", "torchair_dist.scope:super_kernel", ACCEPTED,
         _ASCEND + "recorded in node.meta['custom'] and as GE op attributes; warns",
-        ("scope", "options")),
+        "(scope, options='')"),
     Row(_SC, "limit_core_num", "torchair_dist.scope:limit_core_num", ACCEPTED,
         _ASCEND + "recorded in node.meta['custom'] and as GE op attributes; warns",
-        ("op_aicore_num", "op_vectorcore_num")),
+        "(op_aicore_num, op_vectorcore_num)"),
     Row(_SC, "op_never_timeout", "torchair_dist.scope:op_never_timeout", ACCEPTED,
         _ASCEND + "recorded in node.meta['custom'] and as GE op attributes; warns",
-        ("enable",)),
+        "(enable=True)"),
     Row(_SC, "data_dump", "torchair_dist.scope:data_dump", ACCEPTED,
-        _ASCEND + "GE's per-op dump; recorded, warns (whole-graph dump: debug.data_dump)", ()),
+        _ASCEND + "GE's per-op dump; recorded, warns (whole-graph dump: debug.data_dump)", "()"),
     # torchair.ops
     Row(_OPS, "npu_fused_infer_attention_score",
         "torchair_dist.ops:npu_fused_infer_attention_score", ACCEPTED,
-        _ASCEND + "a torch_npu kernel: calls it on NPU, elsewhere UnsupportedOpError"),
+        _ASCEND + "a torch_npu kernel: calls it on NPU, elsewhere UnsupportedOpError",
+        "(*args, **kwargs)"),
     Row(_OPS, "npu_fused_infer_attention_score_v2",
         "torchair_dist.ops:npu_fused_infer_attention_score_v2", ACCEPTED,
-        _ASCEND + "a torch_npu kernel: calls it on NPU, elsewhere UnsupportedOpError"),
+        _ASCEND + "a torch_npu kernel: calls it on NPU, elsewhere UnsupportedOpError",
+        "(*args, **kwargs)"),
     Row(_OPS, "npu_print", "torchair_dist.ops:npu_print", SAME,
         "prints on every run/replay (ACL modes, eager); the GE mode has no converter for it",
-        ("args", "summarize_size", "tensor_detail")),
+        "(*args, summarize_size=3, tensor_detail=False)"),
     Row(_OPS, "npu_create_tagged_event", "torchair_dist.ops:npu_create_tagged_event", SAME, "",
-        ("tag",)),
+        "(tag)"),
     Row(_OPS, "npu_tagged_event_record", "torchair_dist.ops:npu_tagged_event_record", SAME, "",
-        ("event",)),
+        "(event)"),
     Row(_OPS, "npu_tagged_event_wait", "torchair_dist.ops:npu_tagged_event_wait", SAME, "",
-        ("event",)),
+        "(event)"),
     Row(_OPS, "npu_record_tagged_stream", "torchair_dist.ops:npu_record_tagged_stream", SAME,
-        "", ("input", "tagged_stream")),
-    Row(_OPS, "wait", "torchair_dist.ops:wait", SAME, "", ("tensors",)),
-    Row(_OPS, "record", "torchair_dist.ops:record", SAME, "a marker tensor", ()),
+        "", "(input, tagged_stream)"),
+    Row(_OPS, "wait", "torchair_dist.ops:wait", SAME, "", "(tensors)"),
+    Row(_OPS, "record", "torchair_dist.ops:record", SAME, "a marker tensor", "()"),
     # torchair.ge (what a GE converter is written with)
-    Row(_GE, "custom_op", "torchair_dist.ge:custom_op", SAME, "GE converter API"),
-    Row(_GE, "Const", "torchair_dist.ge:Const", SAME, "GE converter API"),
-    Row(_GE, "Cast", "torchair_dist.ge:Cast", SAME, "GE converter API"),
-    Row(_GE, "Clone", "torchair_dist.ge:Clone", SAME, "GE converter API"),
+    Row(_GE, "custom_op", "torchair_dist.ge:custom_op", SAME, "GE converter API",
+        "(op_type, *args, inputs=None, outputs=None, attrs=None, node_name=None)"),
+    Row(_GE, "Const", "torchair_dist.ge:Const", SAME, "GE converter API",
+        "(v, dtype=None, node_name=None, readable=True)"),
+    Row(_GE, "Cast", "torchair_dist.ge:Cast", SAME, "GE converter API",
+        "(x, *, dst_type, dependencies=[], node_name=None)"),
+    Row(_GE, "Clone", "torchair_dist.ge:Clone", SAME, "GE converter API",
+        "(x, *, dependencies=[], node_name=None)"),
     Row(_GE, "DataType", "torchair_dist.ge:DataType", SAME, "GE converter API"),
     Row(_GE, "Format", "torchair_dist.ge:Format", SAME, "GE converter API"),
     Row(_GE, "Tensor", "torchair_dist.ge:Tensor", SAME, "GE converter API"),
@@ -129,11 +147,77 @@ ROWS: Tuple[Row, ...] = (
     # the standalone npugraph_ex package (its other names are torchair's above)
     Row(_NX, "compile_fx", "torchair_dist:compile_fx", SAME,
         "an AOT graph compiled in npugraph_ex mode with options=",
-        ("gm", "example_inputs", "options")),
+        "(gm, example_inputs=None, options=None)"),
     Row(_NX, "options={'deadlock_check': ...}", "torchair_dist.configs:COMPILE_OPTIONS",
         SAME, "debug.deadlock_check: warns about collectives that may run concurrently on "
               "different streams"),
 )
+
+
+class Param(NamedTuple):
+    """One parameter of a published signature: name, ``inspect.Parameter`` kind, and the
+    default as source text (None: no default)."""
+    name: str
+    kind: inspect._ParameterKind
+    default: Optional[str]
+
+
+def torchair_params(sig: str) -> List[Param]:
+    """The parameters of a signature text such as ``"(a, *, b=None, **kwargs)"`` (parsed with
+    ``ast``; nothing is evaluated)."""
+    fn = ast.parse(f"def f{sig}: pass").body[0]
+    a = fn.args
+    out: List[Param] = []
+    positional = a.posonlyargs + a.args
+    pos_defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    for i, (arg, d) in enumerate(zip(positional, pos_defaults)):
+        kind = (inspect.Parameter.POSITIONAL_ONLY if i < len(a.posonlyargs)
+                else inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        out.append(Param(arg.arg, kind, None if d is None else ast.unparse(d)))
+    if a.vararg is not None:
+        out.append(Param(a.vararg.arg, inspect.Parameter.VAR_POSITIONAL, None))
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+        out.append(Param(arg.arg, inspect.Parameter.KEYWORD_ONLY,
+                         None if d is None else ast.unparse(d)))
+    if a.kwarg is not None:
+        out.append(Param(a.kwarg.arg, inspect.Parameter.VAR_KEYWORD, None))
+    return out
+
+
+def default_matches(ours: Any, theirs: str) -> bool:
+    """Whether our default value is TorchAir's default written as ``theirs``: a literal is
+    compared by value (an empty list and an empty tuple are the same "no items"), a name by
+    the ``__name__`` of our value (``fwd_only``), a call by the type of our value
+    (``CompilerConfig()``)."""
+    node = ast.parse(theirs, mode="eval").body
+    if isinstance(node, ast.Name):
+        return getattr(ours, "__name__", None) == node.id
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return type(ours).__name__ == node.func.id
+    value = ast.literal_eval(node)
+    if isinstance(value, (list, tuple)) and isinstance(ours, (list, tuple)):
+        return list(value) == list(ours)
+    return type(value) is type(ours) and value == ours
+
+
+def signature_differences(row: Row) -> List[str]:
+    """How our callable's signature differs from TorchAir's published one (names, order,
+    kinds, defaults), minus the defaults ``row.differs`` declares; [] when it matches."""
+    ours = list(inspect.signature(resolve(row)).parameters.values())
+    theirs = torchair_params(row.sig)
+    declared = dict(row.differs)
+    problems = []
+    if [p.name for p in ours] != [p.name for p in theirs]:
+        return [f"parameters {[p.name for p in ours]} != TorchAir's {[p.name for p in theirs]}"]
+    for o, t in zip(ours, theirs):
+        if o.kind != t.kind:
+            problems.append(f"{t.name}: kind {o.kind.name} != TorchAir's {t.kind.name}")
+        if (o.default is inspect.Parameter.empty) != (t.default is None):
+            problems.append(f"{t.name}: default {o.default!r} where TorchAir's is {t.default}")
+        elif t.default is not None and t.name not in declared and \
+                not default_matches(o.default, t.default):
+            problems.append(f"{t.name}: default {o.default!r} != TorchAir's {t.default}")
+    return problems
 
 
 def resolve(row: Row):

@@ -151,7 +151,9 @@ class ExperimentalConfig(ConfigBase):
         self.topology_sorting_strategy = ChoiceOption(
             "DFS", ["BFS", "DFS", "RDFS", "StableRDFS"], "GE topological ordering strategy")
         self.enable_ref_data = BoolOption(False, "use RefData for mutated inputs (GE)")
-        self.enable_view_optimize = BoolOption(True, "optimise view ops")
+        self.enable_view_optimize = BoolOption(
+            True, "max-autotune: a view the consumer can read is not copied (a Transpose of "
+                  "the last two dims feeding a matmul becomes its transpose_x1/x2 attribute)")
         self.remove_noop_ops = BoolOption(True, "remove ops that return their input unchanged")
         self.tiling_schedule_optimize = BoolOption(False, "GE tiling schedule optimisation")
         self.pattern_fusion_pass = BoolOption(True, "run pattern fusion passes")

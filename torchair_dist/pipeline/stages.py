@@ -201,8 +201,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "compile-cache entry"),
     Stage("ge_convert", "torchair_dist.backends.ge:convert_step", "backend",
           "FX -> GE IR graph, validated against the operator registry; with enable_ref_data "
-          "written-back inputs are RefData updated by Assign", dumped=True,
-          reads=("experimental_config.enable_ref_data",)),
+          "written-back inputs are RefData updated by Assign; with enable_view_optimize a "
+          "last-two-dims Transpose feeding a matmul becomes its transpose attribute", dumped=True,
+          reads=("experimental_config.enable_ref_data",
+                 "experimental_config.enable_view_optimize")),
     Stage("ge_dump", "torchair_dist.backends.ge:dump_step", "backend",
           "write the GE graph as txt/pbtxt/py", gate="debug.graph_dump.type", runs_when=_is_set,
           reads=("debug.graph_dump.path",)),

@@ -48,11 +48,16 @@ class GeBuild:
 
 
 def convert_step(build: GeBuild) -> GeBuild:
-    """``ge_convert``: FX -> GE IR (validated against the registry with the env flag)."""
+    """``ge_convert``: FX -> GE IR (validated against the registry with the env flag); with
+    ``enable_view_optimize`` a last-two-dims Transpose feeding a matmul folds into it."""
     ctx = build.ctx
     converted = convert_graph(
         ctx.gm, ctx.example_inputs, ctx.graph_name, ctx.rank, ctx.world_size,
         ref_data=bool(ctx.config.get("experimental_config.enable_ref_data")))
+    if ctx.config.get("experimental_config.enable_view_optimize"):
+        from .view_optimize import fold_transposes_into_matmuls
+
+        fold_transposes_into_matmuls(converted.model.graph[0])
     if env_flag(ENV_VALIDATE):
         from .registry_check import validate
 

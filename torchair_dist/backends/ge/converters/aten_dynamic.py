@@ -202,19 +202,25 @@ def _nonzero(cx, x):
 
 
 @register([aten.masked_select.default], ["BroadcastTo", "NonZero", "Unpack", "Index", "Const",
-                                         "Cast"])
+                                         "Cast", "Shape"])
 def _masked_select(cx, x, mask):
     """x[mask] with both broadcast to their common shape: GE's Index with the mask's
     coordinates (NonZero) as the indices of every dim."""
     from .indexing import int_indices
 
-    shape = tuple(torch.broadcast_shapes(tuple(x.shape), tuple(mask.shape)))
+    shape = _common_shape(cx, x, mask)
+    # the target shape: a Const when static, else the run-time shape of the side that has it
+    target = (cx.const(list(shape), torch.int64) if all(d >= 0 for d in shape) else
+              cx.shape_of(x) if tuple(x.shape) == shape else
+              cx.shape_of(mask) if tuple(mask.shape) == shape else None)
+    if target is None:
+        raise UnsupportedOpError(f"%{cx.node.name}: masked_select where both {tuple(x.shape)} "
+                                 f"and {tuple(mask.shape)} broadcast to a symbolic shape has no "
+                                 f"lowering")
     if tuple(x.shape) != shape:
-        x = cx.emit1("BroadcastTo", [("x", x), ("shape", cx.const(list(shape), torch.int64))],
-                     desc=(x.dtype, shape))
+        x = cx.emit1("BroadcastTo", [("x", x), ("shape", target)], desc=(x.dtype, shape))
     if tuple(mask.shape) != shape:
-        mask = cx.emit1("BroadcastTo", [("x", mask), ("shape", cx.const(list(shape),
-                                                                          torch.int64))],
+        mask = cx.emit1("BroadcastTo", [("x", mask), ("shape", target)],
                         desc=(torch.bool, shape))
     if not shape:  # 0-d: x[mask] of a 0-d mask is x[None][mask[None]]
         x, mask = cx.reshape(x, [1], (1,)), cx.reshape(mask, [1], (1,))
@@ -223,6 +229,35 @@ def _masked_select(cx, x, mask):
     return cx.emit1("Index", [("x", x), ("indexed_sizes", cx.const([1] * n, torch.int64)),
                               ("indexed_strides", cx.const([0] * n, torch.int64)),
                               ("indices", given)], desc=(x.dtype, (-1,)))
+
+
+def _common_shape(cx, x, mask) -> tuple:
+    """The shape x and mask broadcast to, as a GE descriptor (-1: symbolic). Symbolic dims are
+    matched through the FX values (the same symbol, or 1 against anything); a symbolic dim
+    against another one that may differ is refused by name (its size is known only at run
+    time, and masked_select would need a run-time broadcast)."""
+    xs, ms = tuple(x.shape), tuple(mask.shape)
+    if all(d >= 0 for d in xs + ms):
+        return tuple(torch.broadcast_shapes(xs, ms))
+    vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+            for a in cx.node.args[:2]]
+    xv, mv = [tuple(v.shape) if isinstance(v, torch.Tensor) else None for v in vals]
+    out = []
+    for k in range(1, max(len(xs), len(ms)) + 1):
+        a = xs[-k] if k <= len(xs) else 1
+        b = ms[-k] if k <= len(ms) else 1
+        if (a == b and a >= 0) or b == 1:
+            out.append(a)
+        elif a == 1:
+            out.append(b)
+        elif xv is not None and mv is not None and k <= len(xv) and k <= len(mv) and \
+                str(xv[-k]) == str(mv[-k]):
+            out.append(-1)  # the same symbol on both sides
+        else:
+            raise UnsupportedOpError(f"%{cx.node.name}: masked_select of shapes {xs} and {ms} "
+                                     f"(-1: symbolic) that broadcast only at run time has no "
+                                     f"lowering; mark the dims static or make them equal")
+    return tuple(reversed(out))
 
 
 def _empty_long(cx, i):
@@ -262,25 +297,33 @@ def _unique_consecutive(cx, x, return_inverse=False, return_counts=False, dim=No
 
 
 @register([aten.bincount.default], ["Cast", "ReduceMax", "Add", "Maximum", "Fill", "Bincount",
-                                    "Const"])
+                                    "Const", "ConcatV2", "Shape"])
 def _bincount(cx, x, weights=None, minlength=0):
     """GE's Bincount with size = max(max(x) + 1, minlength) computed in the graph; without
-    weights every element counts 1 (int64, torch's result type)."""
+    weights every element counts 1 (int64, torch's result type). A symbolic length (dynamic
+    shapes) takes the weights' shape from x at run time, and the maximum over x with a -1
+    appended (an empty x then gives minlength, as torch does)."""
     dtype = cx.out_dtype
     n = _numel(x.shape)
     arr = cx.cast(x, torch.int32)
     if n == 0:
         size = cx.const(int(minlength), torch.int32)
     else:
-        top = cx.emit1("ReduceMax", [("x", arr), ("axes", cx.const([0], torch.int64))],
+        over = arr
+        if n < 0:
+            over = cx.emit1("ConcatV2", [("x", [arr, cx.const([-1], torch.int32)]),
+                                         ("concat_dim", cx.const(0, torch.int32))], {"N": 2},
+                            (torch.int32, (-1,)))
+        top = cx.emit1("ReduceMax", [("x", over), ("axes", cx.const([0], torch.int64))],
                        {"keep_dims": False}, (torch.int32, ()))
         size = cx.emit1("Add", [("x1", top), ("x2", cx.const(1, torch.int32))],
                         desc=(torch.int32, ()))
         size = cx.emit1("Maximum", [("x1", size), ("x2", cx.const(int(minlength), torch.int32))],
                         desc=(torch.int32, ()))
     if weights is None:
-        w = cx.emit1("Fill", [("dims", cx.const([n], torch.int64)),
-                              ("value", cx.const(1, dtype))], desc=(dtype, (n,)))
+        dims = cx.const([n], torch.int64) if n >= 0 else cx.shape_of(x)
+        w = cx.emit1("Fill", [("dims", dims), ("value", cx.const(1, dtype))],
+                     desc=(dtype, (n,) if n >= 0 else (-1,)))
     else:
         w = cx.cast(weights, dtype)
     return cx.emit1("Bincount", [("array", arr), ("size", size), ("weights", w)],
