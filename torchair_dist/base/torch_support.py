@@ -18,6 +18,8 @@ Where a private API differs between supported versions, the difference lives HER
 helper each (the callers ask the helper, never the version): :func:`p2p_compilation_switch`
 (Dynamo's ``enable_p2p_compilation``, absent on 2.11), :func:`aot_dynamic_output_marker` (how
 AOT marks an output's dynamic dims for Dynamo's next graph: renamed after 2.11),
+:func:`functional_p2p_ops` (torch's functional isend/irecv ops: new in 2.13),
+:func:`stream_methods_traced_as_ops` (Dynamo's graph of ``stream.wait_event`` & co.),
 :func:`symbolic_size_hint` (a public name, renamed after 2.11).
 :data:`VERSIONED_APIS` says on which versions a listed private name exists.
 """
@@ -63,6 +65,26 @@ def p2p_compilation_switch() -> bool:
     import torch._dynamo
 
     return hasattr(torch._dynamo.config, "enable_p2p_compilation")
+
+
+def functional_p2p_ops() -> bool:
+    """Whether torch has the functional p2p collectives ``_c10d_functional::isend``,
+    ``irecv`` and ``batch_p2p_ops`` (2.13+; torch 2.11 has none: our p2p remaps issue
+    ``torchair_dist::send``/``recv`` on every version)."""
+    import torch
+    import torch.distributed._functional_collectives  # noqa: F401  (registers the ops)
+
+    return hasattr(torch.ops._c10d_functional, "isend")
+
+
+def stream_methods_traced_as_ops() -> bool:
+    """Whether Dynamo traces ``Stream.wait_event`` / ``wait_stream`` / ``synchronize`` as
+    ``torch.ops.streams`` ops (2.13+, which has ``streams::synchronize_stream``); torch 2.11
+    leaves them as method calls on the stream objects (streams/rewrite.py handles both)."""
+    import torch
+    import torch._dynamo  # noqa: F401  (defines the streams ops)
+
+    return hasattr(torch.ops.streams, "synchronize_stream")
 
 
 def aot_dynamic_output_marker():
@@ -167,6 +189,8 @@ PRIVATE_APIS: Dict[str, str] = {
     "torch._dynamo.exc": "Unsupported: a trace failure told apart from a user error",
     "torch._dynamo.graph_bytecode_inputs": "user stream objects passed into the graph",
     "torch._dynamo.reset": "export and cache compile from a clean Dynamo state",
+    "torch._dynamo.list_backends": "named backends: is npugraph_ex known (entry point)?",
+    "torch._dynamo.register_backend": "named backends registered when run from a source tree",
     "torch._dynamo.mark_dynamic": "inference.set_dim_gears marks the geared dims dynamic",
     "torch._dynamo.trace_rules": "is_polyfilled_callable: remaps installed once",
     "torch._dynamo.utils": "GmWrapper: AOT's forward wrapper recognised for the direct call",
@@ -219,6 +243,10 @@ VERSIONED_APIS: Dict[str, Tuple[Optional[Tuple[int, int]], Optional[Tuple[int, i
         ((2, 13), None),
     "torch._functorch._aot_autograd.runtime_wrappers.maybe_mark_dynamic_helper":
         (None, (2, 13)),
+    "torch.ops._c10d_functional.isend": ((2, 13), None),          # functional_p2p_ops()
+    "torch.ops._c10d_functional.irecv": ((2, 13), None),
+    "torch.ops._c10d_functional.batch_p2p_ops": ((2, 13), None),
+    "torch.ops.streams.synchronize_stream": ((2, 13), None),  # stream_methods_traced_as_ops()
     # public, but renamed: symbolic_size_hint()
     "torch.fx.experimental.symbolic_shapes.optimization_hint": ((2, 13), None),
 }
@@ -273,6 +301,10 @@ PATCHES: Tuple[Tuple[str, str, str], ...] = (
      "the workspace a captured graph uses is allocated in that graph's own pool, so another "
      "capturer clearing workspaces (CUDA graph trees do) cannot free memory our graph "
      "replays on", "platform/__init__.py: _own_cuda_capture, at each capture on CUDA"),
+    ("torch._dynamo.register_backend('npugraph_ex' / 'torchair_dist') when Dynamo does not "
+     "know the name", "backend=\"npugraph_ex\" works when the project runs from a source "
+     "tree (no installed entry points); an installed entry point is left alone",
+     "pipeline/entry.py: register_named_backends, at import torchair_dist"),
     ("a backend's reset hook (torch._dynamo.reset() calls it)",
      "our per-process counters restart with Dynamo's", "pipeline/entry.py: get_npu_backend"),
     ("torch_npu's deterministic-level guard installed (on Ascend only)",

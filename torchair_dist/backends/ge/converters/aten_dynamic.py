@@ -267,6 +267,16 @@ def _bincount(cx, x, weights=None, minlength=0):
     """GE's Bincount with size = max(max(x) + 1, minlength) computed in the graph; without
     weights every element counts 1 (int64, torch's result type)."""
     dtype = cx.out_dtype
+    if weights is not None and weights.dtype.is_floating_point and \
+            not dtype.is_floating_point:
+        # torch 2.11's fake bincount says int64 for float weights (eager: the weights' float
+        # type): the graph was traced with the wrong type, and casting the sums to it would
+        # truncate them
+        raise UnsupportedOpError(
+            f"%{cx.node.name}: aten.bincount with {weights.dtype} weights was traced with "
+            f"output type {dtype} (torch {torch.__version__}'s fake bincount; eager gives "
+            f"{weights.dtype}): the sums would be truncated; use torch 2.13+ or "
+            f"mode='npugraph_ex'")
     n = _numel(x.shape)
     arr = cx.cast(x, torch.int32)
     if n == 0:
