@@ -43,6 +43,9 @@ import torch  # noqa: E402
 VARIANTS = ("eager", "ours npugraph_ex", "ours npugraph_ex + inductor kernels",
             "torch cudagraphs backend", "inductor", "inductor reduce-overhead")
 CUDA_ONLY = ("torch cudagraphs backend", "inductor reduce-overhead")
+# inductor's kernels need its CUDA (Triton) or CPU (C++) code generation: not run on NPU
+# (experimental_config.inductor_kernels is ignored there with a warning)
+CUDA_OR_CPU = ("ours npugraph_ex + inductor kernels", "inductor")
 # variants whose graphs live in torch's CUDA graph trees (a step must be marked per call)
 _TREES = ("torch cudagraphs backend", "inductor reduce-overhead")
 
@@ -196,10 +199,12 @@ def run_model(model_name: str, device: torch.device, variants, rounds: int, toke
     model = make_model(model_name, device)
     prompt = torch.randint(0, model.config.vocab_size, (1, 8),
                            generator=torch.Generator().manual_seed(0)).to(device)
-    chosen = [v for v in variants if device.type == "cuda" or v not in CUDA_ONLY]
+    skipped = {v: "CUDA only" for v in variants if v in CUDA_ONLY and device.type != "cuda"}
+    skipped.update({v: "CUDA or CPU only" for v in variants
+                    if v in CUDA_OR_CPU and device.type not in ("cuda", "cpu")})
+    chosen = [v for v in variants if v not in skipped]
     timer = Timer(device)
     made: List[Variant] = []
-    skipped = {v: "CUDA only" for v in variants if v not in chosen}
     for name in chosen:
         try:
             made.append(Variant(name, model, prompt, tokens))
@@ -263,6 +268,7 @@ def failures(res: Dict, strict: bool) -> List[str]:
     """What makes the benchmark fail: a variant that errored; with ``strict``, tokens that
     differ from eager's."""
     bad = [f"{v.name}: {v.error}" for v in res["variants"] if v.error]
+    bad += [f"{name}: {why}" for name, why in res["skipped"].items() if why.startswith("error")]
     if strict:
         bad += [f"{v.name}: tokens differ from eager's" for v in res["variants"]
                 if v.mismatches]

@@ -431,8 +431,11 @@ def stream_programs():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("torchair_dist_stream_programs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = sys.modules.get(spec.name)
+    if module is None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while defined
+        spec.loader.exec_module(module)
     return "tests/stream_programs.py", module.PROGRAMS
 
 
@@ -497,7 +500,8 @@ def bench_decode(dev, models: List[str], rounds: int, tokens: int) -> Tuple[List
 
 
 # -- main --------------------------------------------------------------------------------------
-def run_checks(dev, tokens: int, only: str = "") -> List[Tuple[str, str, str]]:
+def run_checks(dev, tokens: int, only: str = "",
+               skip: Optional[str] = None) -> List[Tuple[str, str, str]]:
     import torchair_dist
 
     checks = [("capture: static inputs", check_static_inputs),
@@ -512,7 +516,8 @@ def run_checks(dev, tokens: int, only: str = "") -> List[Tuple[str, str, str]]:
     checks += [(f"streams: {name}", make_stream_program_check(program))
                for name, program in programs.items()]
     checks += [(f"HF decode {mode}", make_decode_check(mode, tokens)) for mode in MODES]
-    checks = [(name, check) for name, check in checks if only in name]
+    checks = [(name, check) for name, check in checks
+              if only in name and (skip is None or skip not in name)]
     results = []
     for name, check in checks:
         torch._dynamo.reset()
@@ -556,6 +561,9 @@ def parse_args(argv=None):
                         help="tokens per round (default 32; the dry run 8)")
     parser.add_argument("--skip-bench", action="store_true")
     parser.add_argument("--only", default="", help="run only the checks whose name contains it")
+    parser.add_argument("--skip", default=None,
+                        help="leave out the checks whose name contains it (e.g. 'all devices': "
+                             "the multi-rank check)")
     return parser.parse_args(argv)
 
 
@@ -569,7 +577,7 @@ def main(argv=None) -> int:
           f"{os.path.dirname(os.path.dirname(torchair_dist.__file__))}", flush=True)
     t0 = time.perf_counter()
     warnings.filterwarnings("ignore", category=FutureWarning)  # HF's past_key_values notice
-    results = run_checks(dev, args.tokens, args.only)
+    results = run_checks(dev, args.tokens, args.only, args.skip)
     bench_lines = []
     if not args.skip_bench and not args.only:
         dry = dev.type == "cpu"
