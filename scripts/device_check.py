@@ -1,32 +1,41 @@
 """The device check: ``make gpu-check`` (CUDA) / ``make npu-check`` (Ascend, torch_npu).
 
-  python scripts/device_check.py --device cuda|npu [--tokens 32] [--bench-steps 64]
+  python scripts/device_check.py --device cuda|npu [--tokens 16] [--bench-models small]
   python scripts/device_check.py --dry-run          # the same checks on CPU (record stand-in)
+  make gpu-check PY=python3                         # the same, with an interpreter that has torch
 
-Runs, on one device, the checks CPU CI cannot make, then a decode benchmark, and prints one
-table. Checks (each PASS / FAIL / SKIP with a reason):
+Needs only an interpreter with torch (and transformers for the decode checks): the script puts
+the checkout's root on ``sys.path`` itself, so the project runs from the source tree with no
+install step. Runs, on one device, the checks CPU CI cannot make, then the interleaved decode
+benchmark (``benchmarks/decode_bench.py``), and prints one table. Every compiled call is
+compared with eager, replays included (each check also asserts how many calls replayed).
+Checks (each PASS / FAIL / SKIP with a reason):
 
 * ACL capture/replay (mode ``npugraph_ex``): static inputs (parameters used in place, new data
   every call), input mutation (and recapture when the mutated input moves), outputs kept across
   another shape's replay (shared pool), recapture past the capture limit, streams and events
   (a user event recorded inside the compiled region and waited on outside);
+* the stream programs of the streams issue (``tests/stream_programs.py`` when the checkout has
+  it, else two programs of this script) on the device's real streams, three calls each;
 * collectives inside a capture on a world-size-1 process group (NCCL / HCCL): all_reduce,
   all_gather_into_tensor and barrier, captured (not skipped) and replayed; then the same on one
   rank per device (up to 4) when the machine has two or more (the dry run: 2 gloo ranks);
 * HF Llama (tiny random config) greedy decode with a ``StaticCache`` in every mode
   (npugraph_ex, reduce-overhead, max-autotune) == eager.
 
-Benchmark: per-token decode latency of eager, ours (npugraph_ex, reduce-overhead), torch's
-``cudagraphs`` backend and inductor ``mode="reduce-overhead"`` (CUDA only).
+Benchmark: ``benchmarks/decode_bench.py`` in this process, every variant interleaved (eager,
+ours npugraph_ex, ours with inductor kernels, torch's ``cudagraphs`` backend, inductor,
+inductor reduce-overhead) on the 4-layer Llama and the 2048-hidden bf16 Llama (the dry run: a
+tiny Llama, CPU variants only). A benchmark row fails when a variant errors or one of ours
+decodes other tokens than eager.
 
 Exit status: 0 all checks passed (SKIPs allowed), 1 a check failed, 2 no such device.
-Sized to finish in a few minutes on one GPU (budget: 8 minutes).
+Sized to finish in 8 minutes on one GPU (``--bench-models small`` for less).
 """
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -35,8 +44,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "launch"))
+for _path in (os.path.join(ROOT, "launch"), os.path.join(ROOT, "benchmarks"), ROOT):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)  # the project from this checkout: no install needed
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -115,6 +125,22 @@ def one_key() -> Dict:
     return keys
 
 
+def replayed(calls: int) -> Dict[str, int]:
+    """Assert every call after a graph key's capture replayed it: per graph, captures +
+    replays == ``calls`` (each of those calls was compared with eager by the check)."""
+    import torchair_dist
+
+    seen = {}
+    for graph, keys in torchair_dist.capture_report().items():
+        made = sum(c.get("captures", 0) for c in keys.values())
+        again = sum(c.get("replays", 0) for c in keys.values())
+        assert made + again == calls and again > 0, \
+            f"graph {graph}: {made} captures + {again} replays for {calls} calls: {keys}"
+        seen[graph] = again
+    assert seen, "no graph was captured"
+    return seen
+
+
 def not_skipped(caught) -> None:
     skips = [str(w.message) for w in caught if "not captured" in str(w.message)]
     assert not skips, skips[0]
@@ -132,7 +158,7 @@ def check_static_inputs(dev):
     not_skipped(caught)
     (counts,) = one_key().values()
     assert (counts["captures"], counts["replays"]) == (1, 2), counts
-    return "parameters in place, 1 capture + 2 replays == eager"
+    return "parameters in place, 1 capture + 2 replays, each == eager"
 
 
 def check_mutation(dev):
@@ -160,13 +186,14 @@ def check_pool(dev):
     f = compile_ours(lambda x: x * 2 + 1, dynamic=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        f(torch.ones(3, device=dev))
-        f(torch.ones(4, device=dev))
+        for n, v in ((3, 1.0), (4, 1.0), (3, 5.0)):
+            close(f(torch.full((n,), v, device=dev)), torch.full((n,), 2 * v + 1, device=dev))
         kept = f(torch.full((4,), 2.0, device=dev))
-        f(torch.full((3,), 7.0, device=dev))
+        close(f(torch.full((3,), 7.0, device=dev)), torch.full((3,), 15.0, device=dev))
     sync(dev)
     close(kept, torch.full((4,), 5.0, device=dev))
-    return "outputs kept across another shape's replay are intact"
+    replayed(5)
+    return "every replay == eager; outputs kept across another shape's replay intact"
 
 
 def check_recapture(dev):
@@ -196,6 +223,7 @@ def check_streams_events(dev):
     for _ in range(3):
         x, w = torch.randn(16, 16, device=dev), torch.randn(16, 16, device=dev)
         close(f(x, w), tagged(x, w))
+    replayed(3)
     if dev.type == "cpu":
         return "tagged streams == eager (torch.Event: no CPU events, device only)"
     stream, event = torch.Stream(device=dev), torch.Event(device=dev)
@@ -356,50 +384,124 @@ def make_decode_check(mode: str, tokens: int):
     return check
 
 
-# -- benchmark ---------------------------------------------------------------------------------
-def bench_decode(dev, steps: int) -> List[Tuple[str, str]]:
-    model = _llama(dev, num_hidden_layers=4, hidden_size=256, intermediate_size=512)
-    ids = torch.randint(0, 128, (1, 16), generator=torch.Generator().manual_seed(0)).to(dev)
-    variants: Dict[str, Optional[Callable]] = {"eager": None}
-    for mode in ("npugraph_ex", "reduce-overhead"):
-        variants[f"torchair_dist {mode}"] = lambda s, m=mode: compile_ours(s, m)
-    variants["torch cudagraphs backend"] = lambda s: torch.compile(s, backend="cudagraphs")
-    variants["inductor reduce-overhead"] = lambda s: torch.compile(s, mode="reduce-overhead")
-    rows = []
-    for name, make in variants.items():
-        if dev.type != "cuda" and name.startswith(("torch cudagraphs", "inductor")):
-            rows.append((name, "n/a (CUDA only)"))
-            continue
-        torch._dynamo.reset()
+# -- stream programs ---------------------------------------------------------------------------
+def _own_stream_programs():
+    """Two stream programs for a checkout without ``tests/stream_programs.py``: as
+    ``stream_programs.PROGRAMS`` entries (name, build(device), inputs(size, device, seed))."""
+    import types
+
+    from torchair_dist import npu_stream_switch, npu_wait_tensor
+
+    def side_matmul(x, w):
+        h = x @ w
+        with npu_stream_switch("side"):
+            npu_wait_tensor(x, h)
+            y = torch.relu(h @ w) * 2
+        return h + y
+
+    def two_side_streams(x, w):
+        h = x @ w
+        with npu_stream_switch("side_a"):
+            npu_wait_tensor(x, h)
+            a = torch.relu(h) * 2
+        with npu_stream_switch("side_b"):
+            npu_wait_tensor(x, a)
+            b = a @ w + 1
+        return h + b
+
+    def inputs(size, device="cpu", seed=0):
+        gen = torch.Generator().manual_seed(seed)
+        return (torch.randn(size, size, generator=gen).to(device),
+                (torch.randn(size, size, generator=gen) * size ** -0.5).to(device))
+
+    def program(fn):
+        return types.SimpleNamespace(
+            name=fn.__name__, build=lambda d: [fn], inputs=inputs, races=False,
+            call=lambda parts, *a: parts[0](*a), reference=lambda d, *a: fn(*a))
+
+    return {fn.__name__: program(fn) for fn in (side_matmul, two_side_streams)}
+
+
+def stream_programs():
+    """(source, {name: program}): the streams issue's programs from this checkout's
+    ``tests/stream_programs.py`` when present, else this script's own two."""
+    path = os.path.join(ROOT, "tests", "stream_programs.py")
+    if not os.path.exists(path):
+        return "device_check's own", _own_stream_programs()
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("torchair_dist_stream_programs", path)
+    module = sys.modules.get(spec.name)
+    if module is None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while defined
+        spec.loader.exec_module(module)
+    return "tests/stream_programs.py", module.PROGRAMS
+
+
+def make_stream_program_check(program):
+    def check(dev):
+        if program.races:
+            raise Skip("a racy program (its result is undefined on real streams)")
+        size = 16 if dev.type == "cpu" else 1024  # device: big enough for a race to show
+        device = str(dev)
         try:
-            step = _step_of(model) if make is None else make(_step_of(model))
-            rows.append((name, f"{_time_decode(step, model, ids, steps, dev) * 1e3:.3f}"))
-        except Exception as exc:
-            rows.append((name, f"error: {short(exc, 70)}"))
-    return rows
-
-
-def _time_decode(step, model, ids, steps: int, dev) -> float:
-    from transformers import StaticCache
-
-    cache = StaticCache(config=model.config, max_cache_len=ids.shape[1] + steps + 8)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model(input_ids=ids, cache_position=torch.arange(ids.shape[1], device=dev),
-              past_key_values=cache, use_cache=True)
-        tok, times = ids[:, -1:], []
-        for i in range(steps + 3):  # 3 warm-up steps (compile, capture)
-            pos = torch.tensor([ids.shape[1] + i], device=dev)
+            parts = program.build(device)
+        except RuntimeError as exc:  # user torch.Stream on a device without streams
+            if dev.type == "cpu":
+                raise Skip(f"needs device streams: {short(exc, 80)}")
+            raise
+        compiled = [compile_ours(part) for part in parts]
+        worst = 0.0
+        for seed in range(3):  # capture, then two replays: every result compared
+            args = program.inputs(size, device, seed)
+            got = program.call(compiled, *args)
             sync(dev)
-            t0 = time.perf_counter()
-            tok = step(tok, pos, cache)[:, -1:].argmax(-1)
-            sync(dev)
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times[3:])
+            ref = program.reference(device, *args)
+            close(got, ref, 2e-3 if dev.type != "cpu" else 1e-4)
+            flat = got if isinstance(got, (tuple, list)) else (got,)
+            refs = ref if isinstance(ref, (tuple, list)) else (ref,)
+            worst = max([worst] + [float((a - b).abs().max()) for a, b in zip(flat, refs)])
+        graphs = replayed(3)
+        return (f"{size}x{size}, {len(graphs)} graph(s), 3 calls (2 replays) == program "
+                f"order (max diff {worst:.1e})")
+    return check
+
+
+# -- benchmark ---------------------------------------------------------------------------------
+def bench_decode(dev, models: List[str], rounds: int, tokens: int) -> Tuple[List[str],
+                                                                            List[Tuple]]:
+    """The interleaved decode benchmark (benchmarks/decode_bench.py) in this process: its
+    table lines and one result row per model (FAIL: a variant errored, or one of ours decoded
+    other tokens than eager)."""
+    import decode_bench
+
+    lines, rows = [], []
+    for model in models:
+        t0 = time.perf_counter()
+        name = f"decode bench {model}"
+        try:
+            res = decode_bench.run_model(model, dev, decode_bench.VARIANTS, rounds, tokens,
+                                         log=lambda msg: None)
+        except Exception as exc:  # noqa: BLE001 - a row of the table
+            traceback.print_exc()
+            rows.append((name, "FAIL", f"{type(exc).__name__}: {short(exc)}"))
+            continue
+        lines += decode_bench.format_result(res) + [""]
+        bad = decode_bench.failures(res, strict=False)
+        bad += [f"{v.name}: tokens differ from eager's" for v in res["variants"]
+                if v.name.startswith("ours") and v.mismatches]
+        detail = "; ".join(bad) if bad else (f"{len(res['variants'])} variants in one process, "
+                                             f"ours == eager's tokens")
+        rows.append((name, "FAIL" if bad else "PASS",
+                     f"{detail} [{time.perf_counter() - t0:.1f}s]"))
+        print(f"  {rows[-1][1]:<4} {name}: {detail}", flush=True)
+    return lines, rows
 
 
 # -- main --------------------------------------------------------------------------------------
-def run_checks(dev, tokens: int, only: str = "") -> List[Tuple[str, str, str]]:
+def run_checks(dev, tokens: int, only: str = "",
+               skip: Optional[str] = None) -> List[Tuple[str, str, str]]:
     import torchair_dist
 
     checks = [("capture: static inputs", check_static_inputs),
@@ -409,8 +511,13 @@ def run_checks(dev, tokens: int, only: str = "") -> List[Tuple[str, str, str]]:
               ("capture: streams/events", check_streams_events),
               ("collectives in capture", check_collectives),
               ("collectives, all devices", check_collectives_multirank)]
+    source, programs = stream_programs()
+    print(f"stream programs: {source} ({len(programs)})", flush=True)
+    checks += [(f"streams: {name}", make_stream_program_check(program))
+               for name, program in programs.items()]
     checks += [(f"HF decode {mode}", make_decode_check(mode, tokens)) for mode in MODES]
-    checks = [(name, check) for name, check in checks if only in name]
+    checks = [(name, check) for name, check in checks
+              if only in name and (skip is None or skip not in name)]
     results = []
     for name, check in checks:
         torch._dynamo.reset()
@@ -429,15 +536,14 @@ def run_checks(dev, tokens: int, only: str = "") -> List[Tuple[str, str, str]]:
     return results
 
 
-def print_table(dev, results, bench) -> None:
+def print_table(dev, results, bench_lines) -> None:
     print(f"\n== torchair_dist device check on {dev} (torch {torch.__version__}) ==")
-    print(f"{'check':<28} {'result':<6} detail")
+    print(f"{'check':<34} {'result':<6} detail")
     for name, status, detail in results:
-        print(f"{name:<28} {status:<6} {detail}")
-    if bench:
-        print(f"\n{'decode benchmark (4-layer Llama, dim 256)':<44} ms/token")
-        for name, value in bench:
-            print(f"{name:<44} {value}")
+        print(f"{name:<34} {status:<6} {detail}")
+    if bench_lines:
+        print()
+        print("\n".join(bench_lines))
 
 
 def parse_args(argv=None):
@@ -446,21 +552,41 @@ def parse_args(argv=None):
     parser.add_argument("--dry-run", action="store_true",
                         help="run the checks on CPU with the recording stand-in")
     parser.add_argument("--tokens", type=int, default=16, help="decode tokens per check")
-    parser.add_argument("--bench-steps", type=int, default=64, help="timed decode steps")
+    parser.add_argument("--bench-models", nargs="+", choices=("small", "large"), default=None,
+                        help="benchmark models (device default: small large; the dry run "
+                             "always uses a tiny Llama)")
+    parser.add_argument("--bench-rounds", type=int, default=None,
+                        help="timed rounds (default 5; the dry run 2)")
+    parser.add_argument("--bench-tokens", type=int, default=None,
+                        help="tokens per round (default 32; the dry run 8)")
     parser.add_argument("--skip-bench", action="store_true")
     parser.add_argument("--only", default="", help="run only the checks whose name contains it")
+    parser.add_argument("--skip", default=None,
+                        help="leave out the checks whose name contains it (e.g. 'all devices': "
+                             "the multi-rank check)")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     dev = resolve_device(args.device, args.dry_run)
-    print(f"device check on {dev}{' (dry run: CPU, record stand-in)' if args.dry_run else ''}")
+    import torchair_dist
+
+    print(f"device check on {dev}{' (dry run: CPU, record stand-in)' if args.dry_run else ''}"
+          f": torch {torch.__version__}, torchair_dist from "
+          f"{os.path.dirname(os.path.dirname(torchair_dist.__file__))}", flush=True)
     t0 = time.perf_counter()
     warnings.filterwarnings("ignore", category=FutureWarning)  # HF's past_key_values notice
-    results = run_checks(dev, args.tokens, args.only)
-    bench = [] if args.skip_bench else bench_decode(dev, args.bench_steps)
-    print_table(dev, results, bench)
+    results = run_checks(dev, args.tokens, args.only, args.skip)
+    bench_lines = []
+    if not args.skip_bench and not args.only:
+        dry = dev.type == "cpu"
+        models = ["tiny"] if dry else (args.bench_models or ["small", "large"])
+        rounds = args.bench_rounds or (2 if dry else 5)
+        tokens = args.bench_tokens or (8 if dry else 32)
+        bench_lines, rows = bench_decode(dev, models, rounds, tokens)
+        results += rows
+    print_table(dev, results, bench_lines)
     print(f"\ntotal {time.perf_counter() - t0:.0f}s")
     return 1 if any(status == "FAIL" for _, status, _ in results) else 0
 

@@ -36,6 +36,9 @@ from .compat.alias import install_torchair_alias  # noqa: E402
 from ._version import __version__  # noqa: E402
 
 _remap.install()
+from .pipeline.entry import register_named_backends as _register_named_backends  # noqa: E402
+
+_register_named_backends()  # backend="npugraph_ex" also when run from a source tree
 
 __all__ = ["get_npu_backend", "get_compiler", "CompilerConfig", "cache_compile", "dynamo_export",
            "npu_stream_switch", "npu_wait_tensor", "npu_create_tagged_event",

@@ -60,3 +60,68 @@ def test_a_failing_check_fails_the_run(device_check, monkeypatch, capsys):
     code = device_check.main(["--dry-run", "--skip-bench", "--only", "static inputs"])
     out = capsys.readouterr().out
     assert code == 1 and "FAIL" in out and "replay differs from eager" in out
+
+
+def test_the_script_runs_from_a_checkout_without_pythonpath(tmp_path):
+    """``python scripts/device_check.py`` from any directory, with no PYTHONPATH and no
+    install: the script puts the checkout's root on sys.path itself."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "device_check.py"),
+                          "--dry-run", "--skip-bench", "--only", "capture: static"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "PASS capture: static inputs" in out.stdout
+    assert f"torchair_dist from {ROOT}\n" in out.stdout  # this checkout, not an install
+
+
+def test_stream_programs_run_compiled_and_every_call_is_compared(device_check, capsys,
+                                                                 monkeypatch):
+    monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "record")
+    monkeypatch.setenv("TORCHAIR_DIST_PLATFORM", "cpu")
+    source, programs = device_check.stream_programs()
+    code = device_check.main(["--dry-run", "--skip-bench", "--only", "streams: "])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"stream programs: {source}" in out
+    ran = [name for name in programs if f"PASS streams: {name}" in out]
+    assert len(ran) >= 2, out  # (a racy program, or user streams on CPU, may SKIP)
+    assert "2 replays" in out
+
+
+def test_without_the_programs_file_the_scripts_own_programs_run(device_check, monkeypatch,
+                                                                tmp_path):
+    monkeypatch.setattr(device_check, "ROOT", str(tmp_path))
+    source, programs = device_check.stream_programs()
+    assert source == "device_check's own" and len(programs) == 2
+    monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "record")
+    for program in programs.values():
+        detail = device_check.make_stream_program_check(program)(torch.device("cpu"))
+        assert "3 calls (2 replays)" in detail
+
+
+def test_a_replay_that_differs_fails_the_stream_check(device_check, monkeypatch):
+    """The check compares the replays, not only the first call: a program whose compiled
+    result goes wrong from the second call on fails."""
+    import types
+
+    monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "record")
+    calls = []
+
+    def fn(x, w):
+        return x @ w
+
+    def call(parts, *args):
+        calls.append(1)
+        out = parts[0](*args)
+        return out + 1 if len(calls) > 1 else out  # wrong from the first replay on
+
+    program = types.SimpleNamespace(
+        name="wrong_replay", build=lambda d: [fn], races=False, call=call,
+        inputs=lambda size, device, seed: (torch.randn(size, size), torch.randn(size, size)),
+        reference=lambda d, *a: fn(*a))
+    with pytest.raises(AssertionError):
+        device_check.make_stream_program_check(program)(torch.device("cpu"))
+    assert len(calls) == 2

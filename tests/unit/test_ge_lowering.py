@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from torchair_dist import CompilerConfig, get_npu_backend
 from torchair_dist.backends.ge import lowering
+from torchair_dist.base.torch_support import torch_at_least
 
 
 def _compile(fn):
@@ -28,6 +29,8 @@ def test_one_hot_router_asserts_dropped_with_a_debug_line(caplog, monkeypatch):
     with caplog.at_level(logging.DEBUG, logger="torchair_dist.ge.lowering"):
         out = _compile(route)(scores)
     assert torch.equal(out, route(scores))
+    if not torch_at_least(2, 13):
+        return  # torch 2.11's one_hot traces without a runtime assert: nothing to drop
     assert lowering.STATS["asserts_dropped"] > before
     lines = [r.getMessage() for r in caplog.records if "dropped runtime assert" in r.getMessage()]
     assert lines and all("_assert_async" in line for line in lines)

@@ -58,13 +58,28 @@ def _entries(names):
     return [found[n] for n in names]
 
 
+def _refused_here(name: str, mode: str) -> str:
+    """The refusal expected on this torch (None: the entry must equal eager): torch 2.11 has no
+    decomposition of max_pool2d_with_indices (2.13 has), and GE has no converter for it."""
+    from torch._decomp import decomposition_table
+
+    if name == "nn.functional.max_pool2d" and mode == "max-autotune" and \
+            torch.ops.aten.max_pool2d_with_indices.default not in decomposition_table:
+        return "aten.max_pool2d_with_indices.default: no converter yet"
+    return None
+
+
 def test_slice_equals_eager_in_every_mode():
     bad = []
     for op in _entries(OK_BOTH_MODES):
         row = opinfo_sweep.run_entry(op, torch.float32, opinfo_sweep.MODES, timeout=120)
         assert row["eager"] == "ok", row
         for mode in opinfo_sweep.MODES:
-            if row[mode][0] not in ("ok", "ok-decomposed"):
+            refused = _refused_here(row["name"], mode)
+            if refused is not None:
+                if row[mode][0] != "refused" or refused not in str(row[mode]):
+                    bad.append(f"{row['name']} {mode}: {row[mode]} (expected: {refused})")
+            elif row[mode][0] not in ("ok", "ok-decomposed"):
                 bad.append(f"{row['name']} {mode}: {row[mode]}")
     assert not bad, "\n".join(bad)
 

@@ -26,6 +26,12 @@ def test_applied_once(monkeypatch):
 
 
 def test_enable_p2p_compilation(monkeypatch):
+    from torchair_dist.base.torch_support import p2p_compilation_switch
+
+    if not p2p_compilation_switch():  # torch 2.11: no switch; the patch sets nothing
+        patches.patch_enable_p2p_compilation()
+        assert not hasattr(torch._dynamo.config, "enable_p2p_compilation")
+        return
     monkeypatch.setattr(torch._dynamo.config, "enable_p2p_compilation", False)
     patches.patch_enable_p2p_compilation()
     assert torch._dynamo.config.enable_p2p_compilation is True

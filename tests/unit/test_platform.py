@@ -131,3 +131,47 @@ def test_cpu_capture_variable_is_named_once():
     defined = [str(p.relative_to(root)) for p in root.rglob("*.py")
                if re.search(r"=\s*[\"']TORCHAIR_DIST_CPU_CAPTURE[\"']", p.read_text())]
     assert defined == ["base/envvars.py"], defined
+
+
+def test_a_cuda_capture_owns_its_cublas_workspace_and_leaves_the_cache_alone(monkeypatch):
+    """On CUDA our capture clears cuBLAS's workspaces just before ``capture_begin`` (the one
+    it uses is then allocated in its own pool) and never calls ``empty_cache``; the graph is
+    captured on the given stream into the given pool. Checked with a recording fake of the
+    CUDA calls (runs on any build)."""
+    from torchair_dist import platform as plat_mod
+
+    calls = []
+
+    class Graph:
+        def capture_begin(self, *pool, capture_error_mode):
+            calls.append(("begin", pool, capture_error_mode))
+
+        def capture_end(self):
+            calls.append(("end",))
+
+    class StreamCtx:
+        def __init__(self, stream):
+            self.stream = stream
+
+        def __enter__(self):
+            calls.append(("stream", self.stream))
+
+        def __exit__(self, *exc):
+            calls.append(("stream exit",))
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append(("sync",)))
+    monkeypatch.setattr(torch.cuda, "stream", StreamCtx)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(("empty_cache",)))
+    monkeypatch.setattr(torch._C, "_cuda_clearCublasWorkspaces",
+                        lambda: calls.append(("clear",)), raising=False)
+    cuda = plat_mod.Platform("cuda", "cuda", "nccl", Graph, None, None)
+    with cuda.graph_context(Graph(), pool=("pool", 7), stream="s1",
+                            capture_error_mode="thread_local"):
+        calls.append(("body",))
+    assert calls == [("sync",), ("clear",), ("stream", "s1"),
+                     ("begin", (("pool", 7),), "thread_local"), ("body",), ("end",),
+                     ("stream exit",)]
+    calls.clear()
+    with cuda.graph_context(Graph(), stream="s2"):
+        pass
+    assert ("begin", (), "global") in calls and ("empty_cache",) not in calls

@@ -78,8 +78,48 @@ def test_every_private_torch_api_used_is_listed():
 def test_every_listed_private_api_resolves_on_this_torch():
     from torchair_dist.base.util import resolve_dotted
 
-    missing = [key for key in torch_compat.PRIVATE_APIS if resolve_dotted(key) is None]
+    missing = [key for key in torch_compat.PRIVATE_APIS
+               if resolve_dotted(key) is None and torch_compat.built_here(key)]
     assert not missing, f"listed private APIs missing on this torch: {missing}"
+    # a device-only name is absent from a build without that device (else it need not be)
+    wrongly = [key for key in torch_compat.BUILD_ONLY_APIS
+               if not torch_compat.built_here(key) and resolve_dotted(key) is not None]
+    assert not wrongly, f"present on a build said to lack them: {wrongly}"
+    assert set(torch_compat.BUILD_ONLY_APIS) <= set(torch_compat.PRIVATE_APIS)
+
+
+def test_names_of_part_of_the_range_exist_exactly_where_declared():
+    """VERSIONED_APIS (names the version helpers choose between) is true on this torch: each
+    resolves if and only if the table says this version has it."""
+    import torch
+
+    from torchair_dist.base.util import resolve_dotted
+
+    here = torch_compat.parse_version(torch.__version__)
+    wrong = {name: (resolve_dotted(name) is not None, torch_compat.expected_on(name, here))
+             for name in torch_compat.VERSIONED_APIS
+             if (resolve_dotted(name) is not None) != torch_compat.expected_on(name, here)}
+    assert not wrong, f"torch {torch.__version__}: (exists, declared) differ: {wrong}"
+    # a private versioned name is covered by a PRIVATE_APIS key (one of its prefixes)
+    for name in torch_compat.VERSIONED_APIS:
+        parts = name.split(".")
+        assert _private_key(parts) is None or any(
+            ".".join(parts[:i]) in torch_compat.PRIVATE_APIS for i in range(2, len(parts) + 1)
+        ), name
+
+
+def test_the_helpers_pick_what_this_torch_has():
+    import torch._dynamo
+
+    from torch._functorch._aot_autograd import runtime_wrappers
+
+    marker = torch_compat.aot_dynamic_output_marker()
+    assert marker in (getattr(runtime_wrappers, "mark_dynamo_propagated_dynamic_indices", None),
+                      getattr(runtime_wrappers, "maybe_mark_dynamic_helper", None))
+    t = torch.zeros(2, 3)
+    marker(t, {0})
+    assert {0} in (getattr(t, "_dynamo_propagated_dynamic_indices", None),
+                   getattr(t, "_dynamo_weak_dynamic_indices", None))
 
 
 def test_nothing_listed_that_is_no_longer_used():
@@ -88,15 +128,16 @@ def test_nothing_listed_that_is_no_longer_used():
     assert not stale, f"listed in PRIVATE_APIS but no longer used: {stale}"
 
 
-@pytest.mark.parametrize("version,ok", [("2.13.0+cpu", True), ("2.14.1+cu128", True),
-                                        ("2.12.1", False), ("2.15.0", False), ("3.0.0", False)])
+@pytest.mark.parametrize("version,ok", [("2.11.0+cu130", True), ("2.12.1", True),
+                                        ("2.13.0+cpu", True), ("2.14.1+cu128", True),
+                                        ("2.10.2", False), ("2.15.0", False), ("3.0.0", False)])
 def test_the_range(version, ok):
     if ok:
         torch_compat.check_torch_version(version, environ={})
         return
     with pytest.raises(torch_compat.UnsupportedTorchError) as info:
         torch_compat.check_torch_version(version, environ={})
-    assert ">=2.13,<2.15" in str(info.value) and version in str(info.value)
+    assert ">=2.11,<2.15" in str(info.value) and version in str(info.value)
     assert torch_compat.ALLOW_ENV in str(info.value)
     with pytest.warns(RuntimeWarning, match=version.replace("+", r"\+")):
         torch_compat.check_torch_version(version, environ={torch_compat.ALLOW_ENV: "1"})
@@ -112,7 +153,7 @@ def test_import_fails_early_on_a_torch_outside_the_range():
     env.pop(torch_compat.ALLOW_ENV, None)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, timeout=120)
-    assert out.stdout.startswith("ERR torchair_dist supports torch >=2.13,<2.15"), \
+    assert out.stdout.startswith("ERR torchair_dist supports torch >=2.11,<2.15"), \
         out.stdout + out.stderr
     assert "this is torch 2.99.0" in out.stdout
 

@@ -14,19 +14,29 @@ inductor's compile entry, fake tensors). This module is the one place that says:
 * :data:`PATCHES`: every change this library makes to torch's own state at import or at a
   backend's first use, what it changes, why, and where.
 
-Where a private API differs between supported versions, the adaptation lives beside its use
-behind one version check (:func:`torch_at_least`).
+Where a private API differs between supported versions, the difference lives HERE, behind one
+helper each (the callers ask the helper, never the version): :func:`p2p_compilation_switch`
+(Dynamo's ``enable_p2p_compilation``, absent on 2.11), :func:`aot_dynamic_output_marker` (how
+AOT marks an output's dynamic dims for Dynamo's next graph: renamed after 2.11),
+:func:`functional_p2p_ops` (torch's functional isend/irecv ops: new in 2.13),
+:func:`stream_methods_traced_as_ops` (Dynamo's graph of ``stream.wait_event`` & co.),
+:func:`symbolic_size_hint` (a public name, renamed after 2.11).
+:data:`VERSIONED_APIS` says on which versions a listed private name exists.
 """
 from __future__ import annotations
 
 import re
 import warnings
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
-SUPPORTED = (">=2.13", "<2.15")
-_LOW, _HIGH = (2, 13), (2, 15)     # the range as (major, minor): LOW <= version < HIGH
-VERIFIED = ("2.13.0", "2.14.1")    # the suite passed on each (CI: the lowest and the highest)
-TORCH_NPU_PAIRING = {"2.13": "torch_npu 2.13.x", "2.14": "torch_npu 2.14.0"}
+SUPPORTED = (">=2.11", "<2.15")
+_LOW, _HIGH = (2, 11), (2, 15)     # the range as (major, minor): LOW <= version < HIGH
+VERIFIED = ("2.11.0", "2.13.0", "2.14.1")  # CI runs the suite on each (.ci/run)
+# torch minor -> the torch_npu releases for it on PyPI (`pip index versions torch_npu`,
+# 2026-12-04); torch_npu X.Y.* is built against torch X.Y.
+TORCH_NPU_PAIRING = {"2.11": "torch_npu 2.11.0 (.post2, .post3)",
+                     "2.12": "torch_npu 2.12.0 (.post2, .post3)",
+                     "2.13": "torch_npu 2.13.0", "2.14": "torch_npu 2.14.0"}
 ALLOW_ENV = "TORCHAIR_DIST_ALLOW_UNTESTED_TORCH"
 
 
@@ -46,6 +56,57 @@ def torch_at_least(major: int, minor: int) -> bool:
     import torch
 
     return parse_version(torch.__version__) >= (major, minor)
+
+
+def p2p_compilation_switch() -> bool:
+    """Whether this torch's Dynamo has ``config.enable_p2p_compilation`` (2.13 and later: p2p
+    calls graph-break unless it is on). torch 2.11 has no such switch; our remaps (which Dynamo
+    inlines before its own p2p handling) capture isend/irecv there without it."""
+    import torch._dynamo
+
+    return hasattr(torch._dynamo.config, "enable_p2p_compilation")
+
+
+def functional_p2p_ops() -> bool:
+    """Whether torch has the functional p2p collectives ``_c10d_functional::isend``,
+    ``irecv`` and ``batch_p2p_ops`` (2.13+; torch 2.11 has none: our p2p remaps issue
+    ``torchair_dist::send``/``recv`` on every version)."""
+    import torch
+    import torch.distributed._functional_collectives  # noqa: F401  (registers the ops)
+
+    return hasattr(torch.ops._c10d_functional, "isend")
+
+
+def stream_methods_traced_as_ops() -> bool:
+    """Whether Dynamo traces ``Stream.wait_event`` / ``wait_stream`` / ``synchronize`` as
+    ``torch.ops.streams`` ops (2.13+, which has ``streams::synchronize_stream``); torch 2.11
+    leaves them as method calls on the stream objects (streams/rewrite.py handles both)."""
+    import torch
+    import torch._dynamo  # noqa: F401  (defines the streams ops)
+
+    return hasattr(torch.ops.streams, "synchronize_stream")
+
+
+def aot_dynamic_output_marker():
+    """AOT's ``f(tensor, dims)`` that marks an output's dims dynamic for Dynamo's next graph,
+    the one AOT's own runtime wrapper calls on this torch: ``mark_dynamo_propagated_dynamic_
+    indices`` on 2.13+ (sets ``_dynamo_propagated_dynamic_indices``), ``maybe_mark_dynamic_
+    helper`` on 2.11 (``_dynamo_weak_dynamic_indices``). Chosen by what the module holds, so a
+    torch between the two (2.12) gets whichever it has."""
+    from torch._functorch._aot_autograd import runtime_wrappers
+
+    marker = getattr(runtime_wrappers, "mark_dynamo_propagated_dynamic_indices", None)
+    return marker if marker is not None else runtime_wrappers.maybe_mark_dynamic_helper
+
+
+def symbolic_size_hint():
+    """``f(symint_or_int) -> int``: the concrete size this compile saw for a possibly symbolic
+    size (raises where there is none): ``symbolic_shapes.optimization_hint`` on 2.13+,
+    ``size_hint`` on 2.11."""
+    from torch.fx.experimental import symbolic_shapes
+
+    hint = getattr(symbolic_shapes, "optimization_hint", None)
+    return hint if hint is not None else symbolic_shapes.size_hint
 
 
 def _allow_untested(environ) -> bool:
@@ -94,6 +155,8 @@ PRIVATE_APIS: Dict[str, str] = {
     "torch._C._pop_torch_function_stack": "util.without_function_modes",
     "torch._C._push_on_torch_function_stack": "util.without_function_modes",
     "torch._C._set_grad_enabled": "generated replay/entry code switches grad mode cheaply",
+    "torch._C._cuda_clearCublasWorkspaces": "a CUDA capture's cuBLAS workspace is allocated "
+                                            "in its own pool (platform._own_cuda_capture)",
     # op overload types
     "torch._ops": "the op overload classes (below)",
     "torch._ops.OpOverload": "every pass and converter matches FX targets by overload",
@@ -128,6 +191,8 @@ PRIVATE_APIS: Dict[str, str] = {
     "torch._dynamo.reset": "export and cache compile from a clean Dynamo state",
     "torch._dynamo.source": "cache entries store where a graph input is read from (Dynamo's "
                             "source chain of an input read through a global or an object)",
+    "torch._dynamo.list_backends": "named backends: is npugraph_ex known (entry point)?",
+    "torch._dynamo.register_backend": "named backends registered when run from a source tree",
     "torch._dynamo.mark_dynamic": "inference.set_dim_gears marks the geared dims dynamic",
     "torch._dynamo.trace_rules": "is_polyfilled_callable: remaps installed once",
     "torch._dynamo.utils": "GmWrapper: AOT's forward wrapper recognised for the direct call",
@@ -170,6 +235,49 @@ PRIVATE_APIS: Dict[str, str] = {
                                                                   "AOT's wrapper",
 }
 
+# Full private names that exist on part of the supported range only (each used behind a helper
+# above): name -> (first version holding it, first version without it), None = open end.
+# tests/unit/test_torch_compat.py checks each resolves exactly where this says (observed on
+# 2.11.0 and 2.13.0).
+VERSIONED_APIS: Dict[str, Tuple[Optional[Tuple[int, int]], Optional[Tuple[int, int]]]] = {
+    "torch._dynamo.config.enable_p2p_compilation": ((2, 13), None),
+    "torch._functorch._aot_autograd.runtime_wrappers.mark_dynamo_propagated_dynamic_indices":
+        ((2, 13), None),
+    "torch._functorch._aot_autograd.runtime_wrappers.maybe_mark_dynamic_helper":
+        (None, (2, 13)),
+    "torch.ops._c10d_functional.isend": ((2, 13), None),          # functional_p2p_ops()
+    "torch.ops._c10d_functional.irecv": ((2, 13), None),
+    "torch.ops._c10d_functional.batch_p2p_ops": ((2, 13), None),
+    "torch.ops.streams.synchronize_stream": ((2, 13), None),  # stream_methods_traced_as_ops()
+    # public, but renamed: symbolic_size_hint()
+    "torch.fx.experimental.symbolic_shapes.optimization_hint": ((2, 13), None),
+}
+
+
+# Private names that exist only in a build of torch for a device (name -> torch.backends
+# module whose is_built() says so); used only on that device.
+BUILD_ONLY_APIS: Dict[str, str] = {
+    "torch._C._cuda_clearCublasWorkspaces": "cuda",
+}
+
+
+def built_here(name: str) -> bool:
+    """False for a :data:`BUILD_ONLY_APIS` name this torch was built without."""
+    backend = BUILD_ONLY_APIS.get(name)
+    if backend is None:
+        return True
+    import torch.backends
+
+    return getattr(torch.backends, backend).is_built()
+
+
+def expected_on(name: str, version: Tuple[int, int]) -> bool:
+    """Whether :data:`VERSIONED_APIS` says ``name`` exists on torch ``version`` (major, minor);
+    True for a name not in it."""
+    since, until = VERSIONED_APIS.get(name, (None, None))
+    return (since is None or version >= since) and (until is None or version < until)
+
+
 # What this library changes in torch's own state: (what, why, where).
 PATCHES: Tuple[Tuple[str, str, str], ...] = (
     ("torch.distributed in-place collectives (all_reduce, all_gather, broadcast, send/recv, "
@@ -183,14 +291,24 @@ PATCHES: Tuple[Tuple[str, str, str], ...] = (
      "install_trace_hook(), at import"),
     ("torch._dynamo.config.enable_p2p_compilation = True",
      "lets Dynamo trace isend/irecv/batch_isend_irecv (off by default)",
-     "patches.py, at a backend's first compile"),
+     "pipeline/torch_patches.py, at a backend's first compile (torch 2.13+: 2.11 has no "
+     "such switch)"),
     ("torch._dynamo.disallow_in_graph(op) for each op in TORCHAIR_DIST_BREAK_GRAPH_OPS",
-     "a debugging aid: forced graph breaks", "patches.py, at a backend's first compile"),
+     "a debugging aid: forced graph breaks", "pipeline/torch_patches.py, at a backend's first compile"),
     ("torch.distributed.barrier / monitored_barrier replaced while the CPU record stand-in "
      "captures, restored after", "a host-side call a device graph cannot capture is refused "
      "during capture", "cpu/record.py: HostCallGuard"),
+    ("torch's cuBLAS workspaces cleared (torch._C._cuda_clearCublasWorkspaces) before each "
+     "CUDA capture; torch.cuda.graph's empty_cache skipped",
+     "the workspace a captured graph uses is allocated in that graph's own pool, so another "
+     "capturer clearing workspaces (CUDA graph trees do) cannot free memory our graph "
+     "replays on", "platform/__init__.py: _own_cuda_capture, at each capture on CUDA"),
+    ("torch._dynamo.register_backend('npugraph_ex' / 'torchair_dist') when Dynamo does not "
+     "know the name", "backend=\"npugraph_ex\" works when the project runs from a source "
+     "tree (no installed entry points); an installed entry point is left alone",
+     "pipeline/entry.py: register_named_backends, at import torchair_dist"),
     ("a backend's reset hook (torch._dynamo.reset() calls it)",
-     "our per-process counters restart with Dynamo's", "backend.py: get_npu_backend"),
+     "our per-process counters restart with Dynamo's", "pipeline/entry.py: get_npu_backend"),
     ("torch_npu's deterministic-level guard installed (on Ascend only)",
-     "TorchAir installs it for compiled graphs", "backend.py: install_determinism_guard"),
+     "TorchAir installs it for compiled graphs", "pipeline/entry.py: install_determinism_guard"),
 )

@@ -63,7 +63,9 @@ def _shape(node_arg, keep_dim0: bool = True) -> List[str]:
 def _hint(node_arg, numel: bool = False):
     """This compile's concrete sizes (what the first run moves) — compared where one rank's size
     is symbolic and the other's is not (a rank may specialise, e.g. a received shape)."""
-    from torch.fx.experimental.symbolic_shapes import optimization_hint as size_hint
+    from ..base.torch_support import symbolic_size_hint
+
+    size_hint = symbolic_size_hint()
 
     val = node_arg.meta.get("val") if isinstance(node_arg, torch.fx.Node) else None
     if not isinstance(val, torch.Tensor):

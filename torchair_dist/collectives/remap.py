@@ -155,12 +155,30 @@ def _global_peer(group, peer, group_peer):
     return _constant_int(peer, world)
 
 
+# (ReduceOp member, the functional collectives' name): matched by identity while tracing.
+_REDUCE_OPS = tuple((op, name) for op, name in fc.REDUCE_OP_TO_STR.items())
+
+
 def _reduce_op(op) -> str:
-    return op if isinstance(op, str) else fc.REDUCE_OP_TO_STR[op]
+    """The functional collectives' name of a reduce op (None: the APIs' default, SUM).
+
+    Found by identity, never by hashing or a default argument holding the op: torch 2.11's
+    Dynamo can neither wrap a ``ReduceOp.RedOpType`` it has no source for nor hash one
+    ("SourcelessBuilder ... does not know how to wrap ReduceOp.RedOpType"), so the op a
+    user passes only meets ``is`` here and the graph gets its name as a string."""
+    if op is None:
+        return "sum"
+    if isinstance(op, str):
+        return op
+    for member, name in _REDUCE_OPS:
+        if op is member:
+            return name
+    raise ValueError(f"reduce op {op!r} has no functional collective (known: "
+                     f"{[name for _, name in _REDUCE_OPS]})")
 
 
 # ------------------------------------------------------------------------------ replacements
-def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+def all_reduce(tensor, op=None, group=None, async_op=False):
     if _outside(group):
         return _skip("all_reduce", async_op)
     group = _pg(group)
@@ -195,7 +213,7 @@ def _all_gather_base(output_tensor, input_tensor, group=None, async_op=False):
     return all_gather_into_tensor(output_tensor, input_tensor, group, async_op)
 
 
-def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+def reduce_scatter_tensor(output, input, op=None, group=None, async_op=False):
     if _outside(group):
         return _skip("reduce_scatter_tensor", async_op)
     group = _pg(group)
@@ -208,7 +226,7 @@ def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async
     return _finish(CapturedWork(res, [output], scale=scale), async_op)
 
 
-def _reduce_scatter_base(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+def _reduce_scatter_base(output, input, op=None, group=None, async_op=False):
     return reduce_scatter_tensor(output, input, op, group, async_op)
 
 
@@ -327,7 +345,7 @@ def batch_isend_irecv(p2p_op_list):
 
 
 # ----------------------------------------------------- rooted collectives (over the above)
-def reduce(tensor, dst=None, op=dist.ReduceOp.SUM, group=None, async_op=False, group_dst=None):
+def reduce(tensor, dst=None, op=None, group=None, async_op=False, group_dst=None):
     """An all_reduce whose result only the destination keeps (others' tensors stay unchanged)."""
     if _outside(group):
         return _skip("reduce", async_op)
@@ -374,7 +392,7 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     return _finish(CapturedWork(res, [tensor]), async_op)
 
 
-def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_op=False):
+def reduce_scatter(output, input_list, op=None, group=None, async_op=False):
     """The list form: the flattened pieces concatenated, then one reduce_scatter_tensor."""
     if _outside(group):
         return _skip("reduce_scatter", async_op)

@@ -25,6 +25,7 @@ from typing import Any, Dict, FrozenSet, Optional, Tuple
 import torch
 import torch.distributed as dist
 
+from ..base.torch_support import functional_p2p_ops
 from ..base.util import op_name
 
 NAMESPACE = "torchair_dist"           # the namespace of our own op library (:mod:`.collective_ops`)
@@ -142,6 +143,11 @@ SPECS: Dict[str, CollectiveSpec] = {s.op: s for s in (
                    side_effect=True,
                    schema="barrier(Tensor token, str group_name) -> Tensor"),
 )}
+
+# torch's functional p2p ops exist from torch 2.13 (absent on 2.11): their rows only where they do
+if not functional_p2p_ops():
+    for _op in (_F + "isend", _F + "irecv", _F + "batch_p2p_ops"):
+        del SPECS[_op]
 
 # reduce-op names as graphs spell them (``_c10d_functional``: "product"; GE's ``reduction``
 # attribute: "prod") -> torch.distributed's ReduceOp, for kernels that call torch.distributed

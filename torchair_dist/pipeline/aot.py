@@ -72,8 +72,9 @@ def wrap(aot_forward: Callable, runner: Callable, name: str,
     first: List[bool] = [True]
     is_grad = torch.is_grad_enabled
     set_grad = torch._C._set_grad_enabled
-    from torch._functorch._aot_autograd.runtime_wrappers import \
-        mark_dynamo_propagated_dynamic_indices as mark
+    from ..base.torch_support import aot_dynamic_output_marker
+
+    mark = aot_dynamic_output_marker()
 
     def forward(*args: Any):
         if first:

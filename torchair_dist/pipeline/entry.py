@@ -110,6 +110,22 @@ def _named_mode_backend(mode: str):
 
 
 # Registered with Dynamo through entry points (pyproject.toml, group torch_dynamo_backends):
-# torch.compile(m, backend="npugraph_ex", options={...}).
+# torch.compile(m, backend="npugraph_ex", options={...}); by register_named_backends when the
+# project runs from a source tree (no installed entry points).
 npugraph_ex_backend = _named_mode_backend("npugraph_ex")
 npu_backend = _named_mode_backend("max-autotune")
+NAMED_BACKENDS = (("npugraph_ex", npugraph_ex_backend), ("torchair_dist", npu_backend))
+
+
+def register_named_backends() -> list:
+    """Register the named backends Dynamo does not know yet (the project imported from a
+    source tree, e.g. ``make gpu-check PY=python3``, has no installed entry points); a name
+    already known (our installed entry point, or another package's backend of that name)
+    is left alone. Returns the names registered now."""
+    known = set(torch._dynamo.list_backends(exclude_tags=()))
+    done = []
+    for name, fn in NAMED_BACKENDS:
+        if name not in known:
+            torch._dynamo.register_backend(fn, name)
+            done.append(name)
+    return done

@@ -27,8 +27,12 @@ class Patch:
 
 
 def patch_enable_p2p_compilation() -> None:
-    """Let Dynamo trace isend/irecv/batch_isend_irecv (off by default in torch 2.13)."""
-    torch._dynamo.config.enable_p2p_compilation = True
+    """Let Dynamo trace isend/irecv/batch_isend_irecv (off by default in torch 2.13; torch 2.11
+    has no such switch, and nothing to set)."""
+    from ..base.torch_support import p2p_compilation_switch
+
+    if p2p_compilation_switch():
+        torch._dynamo.config.enable_p2p_compilation = True
 
 
 def patch_break_graph_ops() -> None:

@@ -13,6 +13,7 @@ our backend), which makes the next :func:`current` choose again: a changed
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -56,7 +57,10 @@ class Platform:
         getattr(torch, self.device_type).set_device(local_rank)
 
     def graph_context(self, graph, pool=None, stream=None, capture_error_mode=None):
-        """The capture context manager (``torch.cuda.graph`` / ``torch.npu.graph``)."""
+        """The capture context manager: ``torch.npu.graph`` on NPU; on CUDA
+        :func:`_own_cuda_capture` (independent of the process's other capturers)."""
+        if self.device_type == "cuda":
+            return _own_cuda_capture(graph, pool, stream, capture_error_mode or "global")
         module = getattr(torch, self.device_type)
         if capture_error_mode is None:
             return module.graph(graph, pool=pool, stream=stream)
@@ -124,6 +128,36 @@ class CpuPlatform(Platform):
 
     def synchronize(self) -> None:
         pass
+
+
+@contextlib.contextmanager
+def _own_cuda_capture(graph, pool, stream, capture_error_mode: str):
+    """Capture ``graph`` on ``stream`` into ``pool`` (None: a private pool of its own) without
+    touching what other capturers in the process rely on.
+
+    * cuBLAS keeps a workspace per (handle, stream), made on first use outside any pool. A
+      graph captured on a stream whose workspace already exists records that workspace's
+      address, memory it does not own: torch's CUDA graph trees (inductor reduce-overhead,
+      the ``cudagraphs`` backend) clear every workspace when they record, and the next
+      ``empty_cache`` returns it to the driver, so the earlier graph's replay reads and writes
+      freed memory ("illegal memory access"). The workspaces are cleared here, before
+      ``capture_begin``, so the one this capture uses is allocated inside its own pool, which
+      lives as long as the graph (what CUDA graph trees do for theirs).
+    * ``torch.cuda.graph``'s ``empty_cache`` on entry is left out: releasing cached blocks
+      to the driver turns another capturer's stale pointer into a crash and frees nothing
+      this capture needs.
+    """
+    torch.cuda.synchronize()
+    torch._C._cuda_clearCublasWorkspaces()
+    with torch.cuda.stream(stream):
+        if pool is None:
+            graph.capture_begin(capture_error_mode=capture_error_mode)
+        else:
+            graph.capture_begin(pool, capture_error_mode=capture_error_mode)
+        try:
+            yield
+        finally:
+            graph.capture_end()
 
 
 _NPU_STATUS = {"reason": "not probed yet"}

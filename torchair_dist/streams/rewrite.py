@@ -160,8 +160,35 @@ def _scope(graph, before, tag: str, enter: bool, like: Optional[torch.fx.Node]):
     return new
 
 
+def _method_call(node: torch.fx.Node, objs: _Objects):
+    """torch 2.11's Dynamo leaves ``stream.wait_event(event)``, ``stream.wait_stream(other)``
+    and ``stream.synchronize()`` / ``event.synchronize()`` as method calls on the registry
+    lookups (2.13+ traces them as the ``torch.ops.streams`` ops below): (target, args) of the
+    tagged op for such a call, else None (a call left to the check that names its line)."""
+    if node.op != "call_method" or node.kwargs or not node.args:
+        return None
+    lookups = set(objs.lookups)
+    index = [a.args[0] if isinstance(a, torch.fx.Node) and a in lookups else None
+             for a in node.args]
+    if None in index:
+        return None
+    this, rest = index[0], index[1:]
+    if node.target == "wait_event" and len(rest) == 1:
+        return ops.event_wait.default, (objs.event(rest[0], node), objs.stream(this, node))
+    if node.target == "wait_stream" and len(rest) == 1:
+        return ops.stream_wait_stream.default, (objs.stream(this, node),
+                                                objs.stream(rest[0], node))
+    if node.target == "synchronize" and not rest:
+        is_stream = isinstance(objs.by_index.get(this), torch.Stream)
+        return ops.synchronize.default, ((objs.stream(this, node),) if is_stream else ("",))
+    return None
+
+
 def _rewrite_stream_ops(graph: torch.fx.Graph, objs: _Objects) -> bool:
-    """torch.ops.streams.* -> tagged ops; returns True if set-stream ops were present."""
+    """torch.ops.streams.* (and torch 2.11's method calls, :func:`_method_call`) -> tagged
+    ops, in graph order; returns True if set-stream ops were present."""
+    from ..base.torch_support import stream_methods_traced_as_ops
+
     if _S is None:
         return False
     simple = {
@@ -181,7 +208,12 @@ def _rewrite_stream_ops(graph: torch.fx.Graph, objs: _Objects) -> bool:
     }
     stack: List[str] = []
     saw_set_stream = False
+    methods = not stream_methods_traced_as_ops()  # torch 2.11: see _method_call
     for node in list(graph.nodes):
+        made = _method_call(node, objs) if methods else None
+        if made is not None:
+            _replace(graph, node, *made)
+            continue
         t = node.target
         ns, name = _ns_name(t)
         if ns != "streams":

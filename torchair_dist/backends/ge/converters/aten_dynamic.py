@@ -304,6 +304,16 @@ def _bincount(cx, x, weights=None, minlength=0):
     shapes) takes the weights' shape from x at run time, and the maximum over x with a -1
     appended (an empty x then gives minlength, as torch does)."""
     dtype = cx.out_dtype
+    if weights is not None and weights.dtype.is_floating_point and \
+            not dtype.is_floating_point:
+        # torch 2.11's fake bincount says int64 for float weights (eager: the weights' float
+        # type): the graph was traced with the wrong type, and casting the sums to it would
+        # truncate them
+        raise UnsupportedOpError(
+            f"%{cx.node.name}: aten.bincount with {weights.dtype} weights was traced with "
+            f"output type {dtype} (torch {torch.__version__}'s fake bincount; eager gives "
+            f"{weights.dtype}): the sums would be truncated; use torch 2.13+ or "
+            f"mode='npugraph_ex'")
     n = _numel(x.shape)
     arr = cx.cast(x, torch.int32)
     if n == 0:
