@@ -30,6 +30,8 @@ from torchair_dist.streams.stream_ops import NAMESPACE, ops
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import stream_programs as sp  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 MODES = ["npugraph_ex", "reduce-overhead", "max-autotune"]
 
 
@@ -368,3 +370,82 @@ def test_traced_apis_emit_their_ops():
     gm = make_fx(f)(torch.ones(2))
     names = [_name(n) for n in gm.graph.nodes if _name(n)]
     assert names == ["stream_enter", "stream_exit", "wait_tensor"]
+
+
+# -- the built-in passes never fuse or reinplace across a stream boundary ---------------------------
+def test_pattern_fusion_never_fuses_across_streams(monkeypatch):
+    pytest.importorskip("transformers")
+    from test_pattern_fusion import STAND_IN, Block
+    from torchair_dist.passes import pattern_fusion
+
+    monkeypatch.setattr(pattern_fusion, "fused_add_rms_norm", lambda: STAND_IN)
+
+    class SplitBlock(Block):
+        def forward(self, h, residual):
+            residual = residual + self.fc1(h)       # the residual add on the main stream
+            with npu_stream_switch("side"):
+                h = self.norm1(residual)            # its RMSNorm on a side stream: not fused
+            residual = residual + self.fc2(h)
+            return self.norm2(residual), residual   # both on main: fused
+
+    block = SplitBlock().eval()
+    with torch.no_grad(), record_graphs() as graphs:
+        fn = _compile(block, "npugraph_ex", False)
+        h, r = torch.randn(2, 16), torch.randn(2, 16)
+        for got, want in zip(fn(h, r), block(h, r)):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    stream_of, _ = _scan(graphs[0].gm)
+    fused = [stream_of[n] for n in graphs[0].gm.graph.nodes if n.target is STAND_IN]
+    assert fused == [""], fused
+    assert [stream_of[n] for n in graphs[0].gm.graph.nodes
+            if n.target is torch.ops.aten.rsqrt.default] == ["side"]
+
+
+def test_reinplace_never_writes_a_buffer_made_on_another_stream():
+    def f(x, slot):
+        buf = x.new_zeros(6, x.shape[1])            # made on main
+        with npu_stream_switch("side"):
+            out = buf.index_add(0, slot, x * 2)     # would write it in place on the side
+        same = x.new_zeros(6, x.shape[1]).index_add(0, slot, x)  # one stream: in place
+        return out.sum(0) + same.sum(0)
+
+    with record_graphs() as graphs:
+        fn = _compile(f, "npugraph_ex", False)
+        x, slot = torch.randn(5, 4), torch.tensor([0, 2, 2, 5, 1])
+        torch.testing.assert_close(fn(x, slot), f(x, slot), rtol=0, atol=0)
+    stream_of, _ = _scan(graphs[0].gm)
+    got = sorted((str(n.target), stream_of[n]) for n in graphs[0].gm.graph.nodes
+                 if "index_add" in str(n.target))
+    assert got == [("aten.index_add.default", "side"), ("aten.index_add_.default", "")], got
+
+
+def test_reinplace_inputs_never_writes_an_input_from_a_side_stream():
+    def f(cache, k, pos):
+        with npu_stream_switch("side"):
+            cache.index_copy_(0, pos, k)            # the update computed on a side stream
+        return cache.sum()
+
+    with record_graphs() as graphs:
+        fn = _compile(f, "npugraph_ex", False)
+        cache, k, pos = torch.zeros(6, 3), torch.randn(2, 3), torch.tensor([1, 4])
+        ref = cache.clone()
+        torch.testing.assert_close(fn(cache, k, pos), f(ref, k, pos))
+        torch.testing.assert_close(cache, ref)
+    ops = [str(n.target) for n in graphs[0].gm.graph.nodes]
+    assert "aten.index_copy_.default" not in ops, ops
+
+
+@pytest.mark.parametrize("strategy", ["BFS", "RDFS"])
+def test_topology_sort_keeps_nodes_in_their_stream_and_events_after_producers(strategy):
+    cfg = torchair_dist.CompilerConfig()
+    cfg.experimental_config.topology_sorting_strategy = strategy
+    fn = torch.compile(sp.two_side_streams, backend=torchair_dist.get_npu_backend(
+        compiler_config=cfg), fullgraph=True, dynamic=False)
+    with record_graphs(after="validate") as before_ge:  # max-autotune: after topology_sort
+        x, w = sp.square_inputs(16)
+        torch.testing.assert_close(fn(x, w), sp.two_side_streams(x, w), rtol=1e-5, atol=1e-5)
+    gm = before_ge[0]
+    stream_of, _ = _scan(gm)
+    where_ = {str(n.target): stream_of[n] for n in gm.graph.nodes if n.op == "call_function"}
+    assert where_["aten.relu.default"] == "side_a" and where_["aten.add.Tensor"] == ""
+    assert_every_cross_read_is_evented(gm)
