@@ -28,6 +28,7 @@ from torchair_dist.streams import (npu_stream_switch, npu_tagged_event_record,
                                    npu_tagged_event_wait, npu_wait_tensor)
 
 SIZES = (16, 1024)
+NAMESPACE = "torchair_dist_streams"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +200,42 @@ def _user_racy_plain(x, w):
     return torch.relu(h) * 2 + h
 
 
+# -- 9. a collective on a side stream (needs a process group: tests/multicard) ----------------------
+def collective_on_side(x, w):
+    import torch.distributed as dist
+
+    h = x @ w
+    with npu_stream_switch("comm"):
+        npu_wait_tensor(x, h)
+        r = h * 0.5
+        dist.all_reduce(r)              # the collective on the side stream
+    s = torch.relu(x @ w)               # main, beside the collective
+    return r + s                        # main reads the collective's result
+
+
+def moe_shared_expert_all_reduce(x, wg, we, ws1, ws2):
+    """vllm-ascend's TP MoE: the shared expert's all_reduce on moe_secondary."""
+    import torch.distributed as dist
+
+    router_logits = x @ wg
+    with npu_stream_switch("moe_secondary"):
+        npu_wait_tensor(x, router_logits)
+        shared = torch.nn.functional.silu(x @ ws1) @ ws2
+        dist.all_reduce(shared)
+    weights, idx = torch.softmax(router_logits, dim=-1).max(dim=-1)
+    every = torch.einsum("td,edh->teh", x, we)
+    routed = every.gather(1, idx.view(-1, 1, 1).expand(-1, 1, every.shape[-1])).squeeze(1)
+    return routed * weights.unsqueeze(-1) + shared
+
+
+COLLECTIVE_PROGRAMS: Dict[str, Program] = {p.name: p for p in (
+    Program("collective_on_side", lambda d: [collective_on_side], square_inputs,
+            cross=(("", "comm"), ("comm", ""))),
+    Program("moe_shared_expert_all_reduce", lambda d: [moe_shared_expert_all_reduce],
+            moe_inputs, cross=(("moe_secondary", ""),)),
+)}
+
+
 PROGRAMS: Dict[str, Program] = {p.name: p for p in (
     Program("side_reads_main", lambda d: [side_reads_main], square_inputs,
             cross=(("", "side"), ("side", ""))),
@@ -219,3 +256,64 @@ PROGRAMS: Dict[str, Program] = {p.name: p for p in (
     Program("user_streams_racy", lambda d: _user_stream_program(d, False), square_inputs,
             cross=(("*", "*"), ("*", "")), races=True, plain=_user_racy_plain),
 )}
+
+
+# -- an independent structural check of a rewritten graph (no torchair_dist ordering code) ---------
+def stream_op_name(node):
+    """The op name of a torchair_dist_streams node, else ""."""
+    t = node.target
+    if node.op == "call_function" and isinstance(t, torch._ops.OpOverload) \
+            and t.namespace == NAMESPACE:
+        return t._schema.name.split("::")[1]
+    return ""
+
+
+def scan_streams(gm):
+    """(stream of each node by a plain scope scan, the nodes in order)."""
+    stack, stream_of, order = [], {}, list(gm.graph.nodes)
+    for node in order:
+        stream_of[node] = stack[-1] if stack else ""
+        if stream_op_name(node) == "stream_enter":
+            stack.append(node.args[0])
+        elif stream_op_name(node) == "stream_exit":
+            stack.pop()
+    return stream_of, order
+
+
+def cross_reads(gm):
+    """[(producer, reader, producer stream, reader stream)] of tensor values (graph inputs
+    and stream ops excluded; the output reads on the graph's stream)."""
+    stream_of, order = scan_streams(gm)
+    found = []
+    for node in order:
+        if node.op not in ("call_function", "output") or stream_op_name(node):
+            continue
+        t = "" if node.op == "output" else stream_of[node]
+        for src in node.all_input_nodes:
+            if src.op != "call_function" or stream_op_name(src):
+                continue
+            if not isinstance(src.meta.get("val"), (torch.Tensor, tuple, list)):
+                continue
+            if stream_of[src] != t:
+                found.append((src, node, stream_of[src], t))
+    return found
+
+
+def assert_every_cross_read_is_evented(gm):
+    """An event recorded on the producer's stream after the producer and waited on by the
+    reading stream before the read, for every cross-stream read; returns the reads."""
+    stream_of, order = scan_streams(gm)
+    pos = {n: i for i, n in enumerate(order)}
+    records = [(n, n.args[0], n.args[1] or stream_of[n]) for n in order
+               if stream_op_name(n) == "event_record"]
+    waits = [(n, n.args[0], n.args[1] or stream_of[n]) for n in order
+             if stream_op_name(n) == "event_wait"]
+    reads = cross_reads(gm)
+    for p, r, s, t in reads:
+        ok = any(rs == s and pos[p] < pos[rec] < pos[r]
+                 and any(ev == tag and ws == t and pos[rec] < pos[w] < pos[r]
+                         for w, ev, ws in waits)
+                 for rec, tag, rs in records)
+        assert ok, (f"{p.name} (stream {s!r}) read by {r.name} (stream {t!r}) is not ordered "
+                    f"by an event:\n{gm.graph}")
+    return reads

@@ -25,7 +25,7 @@ from torchair_dist.pipeline.route import record_graphs
 from torchair_dist.streams import api as stream_api
 from torchair_dist.streams import npu_stream_switch, npu_tagged_event_record, npu_wait_tensor
 from torchair_dist.streams import ordering, runtime
-from torchair_dist.streams.stream_ops import NAMESPACE, ops
+from torchair_dist.streams.stream_ops import ops
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import stream_programs as sp  # noqa: E402
@@ -50,62 +50,8 @@ def _compile(fn, mode, dynamic):
                          fullgraph=True, dynamic=dynamic)
 
 
-def _name(node):
-    t = node.target
-    if node.op == "call_function" and isinstance(t, torch._ops.OpOverload) \
-            and t.namespace == NAMESPACE:
-        return t._schema.name.split("::")[1]
-    return ""
-
-
-def _scan(gm):
-    """(stream of each node by a plain scope scan, the nodes in order)."""
-    stack, stream_of, order = [], {}, list(gm.graph.nodes)
-    for node in order:
-        stream_of[node] = stack[-1] if stack else ""
-        if _name(node) == "stream_enter":
-            stack.append(node.args[0])
-        elif _name(node) == "stream_exit":
-            stack.pop()
-    return stream_of, order
-
-
-def cross_reads(gm):
-    """[(producer, reader, producer stream, reader stream)] of tensor values (graph inputs
-    and stream ops excluded; the output reads on the graph's stream)."""
-    stream_of, order = _scan(gm)
-    found = []
-    for node in order:
-        if node.op not in ("call_function", "output") or _name(node):
-            continue
-        t = "" if node.op == "output" else stream_of[node]
-        for src in node.all_input_nodes:
-            if src.op != "call_function" or _name(src):
-                continue
-            if not isinstance(src.meta.get("val"), (torch.Tensor, tuple, list)):
-                continue
-            if stream_of[src] != t:
-                found.append((src, node, stream_of[src], t))
-    return found
-
-
-def assert_every_cross_read_is_evented(gm):
-    """An event recorded on the producer's stream after the producer and waited on by the
-    reading stream before the read, for every cross-stream read; returns the reads."""
-    stream_of, order = _scan(gm)
-    pos = {n: i for i, n in enumerate(order)}
-    records = [(n, n.args[0], n.args[1] or stream_of[n]) for n in order
-               if _name(n) == "event_record"]
-    waits = [(n, n.args[0], n.args[1] or stream_of[n]) for n in order if _name(n) == "event_wait"]
-    reads = cross_reads(gm)
-    for p, r, s, t in reads:
-        ok = any(rs == s and pos[p] < pos[rec] < pos[r]
-                 and any(ev == tag and ws == t and pos[rec] < pos[w] < pos[r]
-                         for w, ev, ws in waits)
-                 for rec, tag, rs in records)
-        assert ok, (f"{p.name} (stream {s!r}) read by {r.name} (stream {t!r}) is not ordered "
-                    f"by an event:\n{gm.graph}")
-    return reads
+_name, _scan, cross_reads = sp.stream_op_name, sp.scan_streams, sp.cross_reads
+assert_every_cross_read_is_evented = sp.assert_every_cross_read_is_evented
 
 
 def _match_cross(expected, reads):
