@@ -395,3 +395,28 @@ def test_topology_sort_keeps_nodes_in_their_stream_and_events_after_producers(st
     where_ = {str(n.target): stream_of[n] for n in gm.graph.nodes if n.op == "call_function"}
     assert where_["aten.relu.default"] == "side_a" and where_["aten.add.Tensor"] == ""
     assert_every_cross_read_is_evented(gm)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one_stream", "across"])
+def test_reinplace_collectives_never_reduces_a_buffer_from_another_stream_in_place(split):
+    from torchair_dist import CompilerConfig
+    from torchair_dist.passes.reinplace import reinplace_collectives
+
+    aten, c10d = torch.ops.aten, torch.ops._c10d_functional
+    g = torch.fx.Graph()
+    x, w = g.placeholder("x"), g.placeholder("w")
+    if split:
+        buf = g.call_function(aten.mm.default, (x, w))          # made on main
+        g.call_function(ops.stream_enter.default, ("comm", 0))
+    else:
+        g.call_function(ops.stream_enter.default, ("comm", 0))
+        buf = g.call_function(aten.mm.default, (x, w))          # made on the side stream
+    ar = g.call_function(c10d.all_reduce.default, (buf, "sum", "0"))
+    wait = g.call_function(c10d.wait_tensor.default, (ar,))
+    copy = g.call_function(aten.copy.default, (buf, wait))
+    g.call_function(ops.stream_exit.default, ("comm",))
+    g.output((g.call_function(aten.add.Tensor, (copy, x)),))
+    gm = reinplace_collectives(torch.fx.GraphModule(torch.nn.Module(), g), [], CompilerConfig())
+    targets = {n.target for n in gm.graph.nodes}
+    assert (c10d.all_reduce_.default in targets) is (not split)
+    assert (c10d.all_reduce.default in targets) is split
