@@ -16,8 +16,8 @@ Requires: ``node.meta["val"]`` (AOT provides it); node order is the execution or
 Guarantees: the same values up to the fused kernel's rounding. A match needs: both add operands
 of x's shape and dtype, a weight of shape ``[x.shape[-1]]`` and x's dtype defined before x, the
 mean over the last dim only, and every intermediate of the norm used only inside the pattern
-(x itself may have other users: they read the fused op's sum output). Anything else is left
-alone. The fused op exists only in torch_npu, so the pass runs only on the NPU platform.
+(x itself may have other users: they read the fused op's sum output), and every node it replaces
+on one stream (never fused across a stream boundary). Anything else is left alone. The fused op exists only in torch_npu, so the pass runs only on the NPU platform.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ import torch
 import torch.fx
 
 from .. import platform as _platform
+from ..streams.ordering import same_stream, streams_of
 
 log = logging.getLogger("torchair_dist")
 aten = torch.ops.aten
@@ -128,6 +129,12 @@ def _checks(f, order) -> bool:
     return _private(f, order)
 
 
+def _one_stream(f, streams) -> bool:
+    """Every node the fusion replaces runs on one stream: never fuse across streams."""
+    return same_stream(*(f[k] for k in ("out", "normed", "m", "r", "eps_add", "mean", "p",
+                                        "xf", "x")), streams=streams)
+
+
 def _private(f, order) -> bool:
     """The norm's intermediates feed nothing outside the pattern; the weight precedes x."""
     chain = [f["out"], f["normed"], f["m"], f["r"], f["eps_add"], f["mean"], f["p"], f["xf"]]
@@ -170,7 +177,9 @@ def pattern_fusion(gm: torch.fx.GraphModule, example_inputs, config):
     if fused is None:
         return gm
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    matches = [m for m in (_match(n, order) for n in gm.graph.nodes) if m is not None]
+    streams = streams_of(gm.graph)
+    matches = [m for m in (_match(n, order) for n in gm.graph.nodes)
+               if m is not None and _one_stream(m, streams)]
     for found in matches:  # matches share no node they erase (each has its own mul/add chain)
         _rewrite(gm, found, fused)
     done = len(matches)

@@ -18,7 +18,8 @@ writes its buffer): no copy of the buffer inside the op.
 Requires: node order is the execution order (run after scheduling passes). Guarantees: values
 unchanged; a buffer is reduced in place only if it is an op's fresh result (not a graph input,
 not a view, not a graph output) and every other reader runs before the collective; the order
-of collectives is unchanged.
+of collectives is unchanged; nothing is reinplaced across a stream boundary (the buffer, the
+op and the copies on one stream).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import torch
 import torch.fx
 
 from ..collectives import spec
+from ..streams.ordering import same_stream, streams_of
 from .reinplace_inputs import SCATTER_OPS, inplace_twin, same_meta
 
 aten = torch.ops.aten
@@ -54,6 +56,7 @@ def _readers_after(buffer: torch.fx.Node, collective: torch.fx.Node, order) -> l
 def reinplace_collectives(gm: torch.fx.GraphModule, example_inputs, config):
     """Rewrite dead-input functional collectives to their in-place twins (see module doc)."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    streams = streams_of(gm.graph)
     changed = False
     for node in list(gm.graph.nodes):
         twin = INPLACE_TWINS.get(node.target)
@@ -71,19 +74,21 @@ def reinplace_collectives(gm: torch.fx.GraphModule, example_inputs, config):
                   and u.args[1] is wait]
         if len(copies) != len(later):
             continue  # someone still reads the un-reduced buffer after the collective
+        if not same_stream(buffer, node, wait, *copies, streams=streams):
+            continue  # never reinplace across a stream boundary
         node.target = twin
         for copy in copies:
             copy.replace_all_uses_with(wait)
             gm.graph.erase_node(copy)
         changed = True
-    changed = _reinplace_scatters(gm) or changed
+    changed = _reinplace_scatters(gm, streams) or changed
     if changed:
         gm.graph.lint()
         gm.recompile()
     return gm
 
 
-def _reinplace_scatters(gm: torch.fx.GraphModule) -> bool:
+def _reinplace_scatters(gm: torch.fx.GraphModule, streams) -> bool:
     """``op(buf, ...)`` -> ``op_(buf, ...)`` where ``buf`` is a fresh buffer whose only reader is
     ``op`` (so nothing can see it change) and ``op_`` returns it with the same value."""
     changed = False
@@ -94,6 +99,8 @@ def _reinplace_scatters(gm: torch.fx.GraphModule) -> bool:
         buffer = node.args[0]
         if not _fresh_buffer(buffer) or len(buffer.users) != 1 or not same_meta(buffer, node):
             continue  # read elsewhere, or promoted/broadcast: the result is not the buffer
+        if not same_stream(buffer, node, streams=streams):
+            continue  # the buffer was made on another stream: never reinplace across streams
         node.target = twin
         changed = True
     return changed

@@ -14,7 +14,8 @@ This pass turns that back into ``aten.index_copy_(keys, 2, cache_position, k)`` 
 Requires: node order is the execution order. Guarantees: values unchanged. A rewrite happens
 only when the op's first argument is the input itself, the op has an in-place twin of the same
 signature, the result has the input's shape and dtype, every other reader of the input runs
-before the op (nobody reads the old value afterwards), and no other op writes the input.
+before the op (nobody reads the old value afterwards), no other op writes the input, and the op
+runs on the stream of the write-back (never across a stream boundary).
 The input stays a mutated input (``mutated_input_indices`` sees the in-place op), so the
 capture/replay rules for mutated inputs still apply.
 """
@@ -25,6 +26,8 @@ from typing import Optional
 
 import torch
 import torch.fx
+
+from ..streams.ordering import same_stream, streams_of
 
 log = logging.getLogger("torchair_dist")
 aten = torch.ops.aten
@@ -53,7 +56,7 @@ def same_meta(a: torch.fx.Node, b: torch.fx.Node) -> bool:
             and va.shape == vb.shape and va.dtype == vb.dtype and va.stride() == vb.stride())
 
 
-def _rewrite(gm, copy_node: torch.fx.Node, order) -> bool:
+def _rewrite(gm, copy_node: torch.fx.Node, order, streams) -> bool:
     inp, src = copy_node.args[0], copy_node.args[1]
     if not (isinstance(src, torch.fx.Node) and src.op == "call_function" and src.args
             and src.args[0] is inp):
@@ -61,6 +64,8 @@ def _rewrite(gm, copy_node: torch.fx.Node, order) -> bool:
     twin = inplace_twin(src.target)
     if twin is None or not same_meta(inp, src):
         return False
+    if not same_stream(src, copy_node, streams=streams):
+        return False  # computed on another stream than the write-back: never across streams
     for user in inp.users:
         if user is src or user is copy_node:
             continue
@@ -75,11 +80,12 @@ def _rewrite(gm, copy_node: torch.fx.Node, order) -> bool:
 def reinplace_input_mutations(gm: torch.fx.GraphModule, example_inputs, config):
     """Rewrite ``copy_(input, op(input, ...))`` to ``op_(input, ...)`` (see module doc)."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    streams = streams_of(gm.graph)
     done = 0
     for node in list(gm.graph.nodes):
         if (node.op == "call_function" and node.target is aten.copy_.default
                 and isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder"):
-            done += _rewrite(gm, node, order)
+            done += _rewrite(gm, node, order, streams)
     if done:
         gm.graph.lint()
         gm.recompile()

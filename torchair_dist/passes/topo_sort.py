@@ -12,7 +12,8 @@ choice to the FX graph before conversion, on every platform:
 
 Requires nothing. Guarantees: a topological order; side-effect nodes (collectives, waits,
 stream/event ops, in-place writes, anything impure) keep their relative order, so collectives
-are never reordered across ranks (shared/DESIGN.md §5); values unchanged.
+are never reordered across ranks (shared/DESIGN.md §5); no node crosses a ``stream_enter`` /
+``stream_exit`` (each keeps its stream); values unchanged.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Dict, List, Set
 import torch
 import torch.fx
 
+from ..streams import stream_ops
 from .overlap import COMPUTE, node_kind
 
 REORDERING = ("BFS", "RDFS")
@@ -31,13 +33,29 @@ def _dependencies(body: List[torch.fx.Node]) -> Dict[torch.fx.Node, List[torch.f
     inside = set(body)
     deps: Dict[torch.fx.Node, List[torch.fx.Node]] = {}
     last_effect = None
+    last_scope, since_scope = None, []  # the nodes since the last stream_enter/stream_exit
+    previous = None
     for node in body:
         deps[node] = [n for n in node.all_input_nodes if n in inside]
+        if node.target is stream_ops.ops.event_record.default and previous is not None:
+            deps[node].append(previous)  # an event stands for the work issued before it
+        previous = node
+        if _is_scope(node):  # a stream switch: nothing crosses it (a node keeps its stream)
+            deps[node].extend(since_scope)
+            since_scope = []
+            last_scope = node
+        elif last_scope is not None:
+            deps[node].append(last_scope)
+        since_scope.append(node)
         if node_kind(node) != COMPUTE:
             if last_effect is not None:
                 deps[node].append(last_effect)  # side effects stay in program order
             last_effect = node
     return deps
+
+
+def _is_scope(node: torch.fx.Node) -> bool:
+    return node.target in (stream_ops.ops.stream_enter.default, stream_ops.ops.stream_exit.default)
 
 
 def _bfs(body, deps) -> List[torch.fx.Node]:

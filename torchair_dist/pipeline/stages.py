@@ -121,6 +121,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "an inference graph its runtime wrapper has nothing to do for is called without "
           "that wrapper after the first call",
           reads=("experimental_config.keep_inference_input_mutations",)),
+    Stage("stream_labels", "torchair_dist.streams.ordering:label_streams", "aot-pass",
+          "node.meta['stream_label'] = the stream tag of every node inside a stream scope "
+          "(before the user's passes and patterns: an extra_check can refuse to fuse across "
+          "streams; the built-in passes never do)"),
     Stage("custom_pre_pass", "torchair_dist.passes.common:custom_pre_pass", "aot-pass",
           "the user's post_grad_custom_pre_pass(gm, example_inputs, config)", gate="post_grad_custom_pre_pass",
           runs_when=_is_set),
@@ -163,6 +167,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "cat(mm(..), add(..)) -> each producer writes its slice of one buffer through its "
           "out= overload (no concatenation copy); runs last among the rewriting passes",
           gate="debug.aclgraph.remove_cat_ops"),
+    Stage("stream_order", "torchair_dist.streams.ordering:order_streams", "aot-pass",
+          "every value read on a stream other than its producer's is ordered by an event "
+          "(record after the producer, wait before the first reader) and protected by "
+          "record_stream; the user's unordered torch.Stream reads are named by a warning"),
     Stage("constant_folding", "torchair_dist.passes.ge_graph_opts:fold_constants", "aot-pass",
           "compute constant subgraphs once at compile time (GE Const)",
           gate="ge_config.oo_constant_folding", runs_when=lambda v: v is True),
@@ -254,18 +262,18 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
 # aot stage calls the aot-pass stages, the compile stage the backend stages), and the
 # README's table numbers them per mode from these tuples.
 _ACL = (
-    "send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
+    "send_recv", "streams", "aot", "stream_labels", "custom_pre_pass", "remove_noop_ops",
     "remove_copy_into_empty", "user_patterns", "pattern_fusion", "view_to_reshape",
     "collapse_view_chains", "custom_post_pass", "scope_ops", "scope_attrs", "overlap",
-    "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "validate",
+    "reinplace", "reinplace_inputs", "remove_cat_ops", "stream_order", "deadlock_check", "validate",
     "fx_summary", "data_dump", "run_eagerly", "shm_collectives", "compile", "acl_codegen",
     "acl_dump", "inductor_kernels", "value_ints", "device_capture", "capture", "consistency",
 )
 _GE = (
-    "send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
+    "send_recv", "streams", "aot", "stream_labels", "custom_pre_pass", "remove_noop_ops",
     "remove_copy_into_empty", "user_patterns", "view_to_reshape", "collapse_view_chains",
     "custom_post_pass", "scope_ops", "scope_attrs", "overlap", "constant_folding",
-    "dead_code_elimination", "deadlock_check", "topology_sort", "validate", "fx_summary",
+    "dead_code_elimination", "deadlock_check", "topology_sort", "stream_order", "validate", "fx_summary",
     "data_dump", "run_eagerly", "shm_collectives", "compile", "ge_convert", "ge_dump",
     "cann_options", "cann_dump", "cann_aoe", "ge_run", "ge_export", "consistency",
 )

@@ -1,9 +1,18 @@
 """User-facing stream/event APIs, device-agnostic, traceable with ``fullgraph=True``.
 
 They mirror TorchAir's (``torchair.scope.npu_stream_switch``, ``torchair.ops.npu_wait_tensor``,
-the tagged events) and emit the ``torchair_dist_streams`` ops of :mod:`.stream_ops`, which survive
-tracing, functionalization and dead-code elimination. Eagerly on CPU they only keep program
-order (CPU has no streams); with a device they switch real streams (see :mod:`.runtime`).
+the tagged events). Traced (``torch.compile``, ``torch.export``, ``make_fx``) they emit the
+``torchair_dist_streams`` ops of :mod:`.stream_ops`, which survive tracing, functionalization
+and dead-code elimination; the compiled graph runs the scopes on real streams with a device,
+every cross-stream dependency ordered (:mod:`.ordering`).
+
+Called eagerly (outside any tracing) they keep TorchAir's eager meaning: program order on the
+current stream. ``npu_stream_switch`` switches no stream and ``npu_wait_tensor`` does nothing
+(everything already runs in program order on one stream); a tagged event is recorded on, and
+waited on by, the current stream whatever stream is named (so a compiled graph that waits on
+it, or eager code that waits on a graph's record, is ordered); ``npu_stream_wait_stream``
+makes the current stream wait for the named one; ``npu_record_tagged_stream`` records the
+tensor's use on the named stream (harmless: it only delays the reuse of its memory).
 
 Example::
 
@@ -25,6 +34,16 @@ import torch
 
 from ..errors import StreamApiError
 from .stream_ops import ops
+
+
+def traced() -> bool:
+    """True while a tracer records the calls (Dynamo, export, ``make_fx``): the APIs emit
+    their graph ops; False eagerly: they keep program order on the current stream."""
+    if torch.compiler.is_compiling():
+        return True
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    return get_proxy_mode() is not None
 
 
 def _check_tag(tag, what: str) -> str:
@@ -57,18 +76,23 @@ class npu_stream_switch:  # noqa: N801 - TorchAir's name
         self.enable_inner_parallel = enable_inner_parallel
 
     def __enter__(self):
-        ops.stream_enter(self.tag, self.priority)
+        self._traced = traced()
+        if self._traced:  # eagerly: no switch, program order on the current stream
+            ops.stream_enter(self.tag, self.priority)
         return self
 
     def __exit__(self, *exc_info):
-        ops.stream_exit(self.tag)
+        if getattr(self, "_traced", False):
+            ops.stream_exit(self.tag)
         return False
 
 
 def npu_wait_tensor(tensor: torch.Tensor, dependency: torch.Tensor) -> torch.Tensor:
     """Make what follows on the current stream wait until ``dependency`` is computed; returns
-    ``tensor`` (TorchAir's signature: callers usually ignore the result)."""
-    ops.wait_tensor(tensor, dependency, "")
+    ``tensor`` (TorchAir's signature: callers usually ignore the result). Eagerly it does
+    nothing: program order on one stream already computed ``dependency``."""
+    if traced():
+        ops.wait_tensor(tensor, dependency, "")
     return tensor
 
 
@@ -105,18 +129,24 @@ def _event_tag(event: Union[TaggedEvent, str]) -> str:
 
 
 def npu_tagged_event_record(event: Union[TaggedEvent, str], stream: Optional[str] = None) -> None:
-    """Record ``event`` on the stream tagged ``stream`` (None: the current stream)."""
-    ops.event_record(_event_tag(event), stream or "")
+    """Record ``event`` on the stream tagged ``stream`` (None: the current stream; eagerly
+    always the current stream)."""
+    ops.event_record(_event_tag(event), (stream or "") if traced() else "")
 
 
 def npu_tagged_event_wait(event: Union[TaggedEvent, str], stream: Optional[str] = None) -> None:
-    """Make the stream tagged ``stream`` (None: the current stream) wait for ``event``."""
-    ops.event_wait(_event_tag(event), stream or "")
+    """Make the stream tagged ``stream`` (None: the current stream; eagerly always the
+    current stream) wait for ``event``."""
+    ops.event_wait(_event_tag(event), (stream or "") if traced() else "")
 
 
 def npu_stream_wait_stream(waiting: Optional[str], waited_on: Optional[str]) -> None:
-    """Stream ``waiting`` waits for the work issued so far on ``waited_on`` (None: current)."""
-    ops.stream_wait_stream(waiting or "", waited_on or "")
+    """Stream ``waiting`` waits for the work issued so far on ``waited_on`` (None: current;
+    eagerly the current stream is the one that waits)."""
+    if traced():
+        ops.stream_wait_stream(waiting or "", waited_on or "")
+    elif waited_on:
+        ops.stream_wait_stream("", waited_on)
 
 
 def npu_record_tagged_stream(tensor: torch.Tensor, tag: str) -> None:

@@ -8,7 +8,14 @@ drive real streams: a tag names one stream per device for the whole process (cre
 use, like TorchAir's tag -> stream map), an event tag names one event. Inside a device-graph
 capture these calls are captured like any other stream work, which is how replay overlaps what
 the user put on side streams: the rewrite brackets each graph with ``fork`` (side streams wait
-for the capture stream) and ``join`` (the capture stream waits for them).
+for the capture stream) and ``join`` (the capture stream waits for them), and the
+``stream_order`` stage (:mod:`.ordering`) puts an ``event_record`` / ``event_wait`` pair on
+every value read on another stream than its producer's and a ``record_stream`` on its memory.
+
+These kernels are what a compiled graph runs: ``stream_enter`` really switches (without
+waiting: the graph's events order the data). The user APIs (:mod:`.api`) emit them only while
+tracing; called eagerly they keep TorchAir's eager meaning (program order on the current
+stream) and reach here only for events and ``record_stream``, on the current stream.
 
 User objects keep their identity: the rewrite binds each ``torch.Stream`` / ``torch.Event`` it
 turns into a tag to that tag (:func:`bind`, both ways: :func:`user_object` / :func:`tag_of`), so

@@ -16,6 +16,10 @@ Each stream tag is a :class:`~..builder.Lane` of the builder (``""`` = the main 
   and owns the memory of the tensors it allocates).
 
 A control edge no later op takes (a wait at the end of a stream) goes into ``NetOutput``.
+
+GE orders every data edge itself, across streams too; the ``stream_order`` stage's events (one
+per value read on another stream than its producer's) arrive here as ordinary
+``event_record`` / ``event_wait`` pairs and add the same ordering as control edges.
 """
 from __future__ import annotations
 
