@@ -323,7 +323,9 @@ def test_pattern_fusion_never_fuses_across_streams(monkeypatch):
     pytest.importorskip("transformers")
     from test_pattern_fusion import STAND_IN, Block
     from torchair_dist.passes import pattern_fusion
+    from torchair_dist.pipeline import stages
 
+    monkeypatch.setattr(stages, "current_platform", lambda: "npu")  # the pass's platform
     monkeypatch.setattr(pattern_fusion, "fused_add_rms_norm", lambda: STAND_IN)
 
     class SplitBlock(Block):

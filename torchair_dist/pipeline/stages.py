@@ -167,10 +167,6 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "cat(mm(..), add(..)) -> each producer writes its slice of one buffer through its "
           "out= overload (no concatenation copy); runs last among the rewriting passes",
           gate="debug.aclgraph.remove_cat_ops"),
-    Stage("stream_order", "torchair_dist.streams.ordering:order_streams", "aot-pass",
-          "every value read on a stream other than its producer's is ordered by an event "
-          "(record after the producer, wait before the first reader) and protected by "
-          "record_stream; the user's unordered torch.Stream reads are named by a warning"),
     Stage("constant_folding", "torchair_dist.passes.ge_graph_opts:fold_constants", "aot-pass",
           "compute constant subgraphs once at compile time (GE Const)",
           gate="ge_config.oo_constant_folding", runs_when=lambda v: v is True),
@@ -184,6 +180,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "order the graph GE receives by BFS/RDFS (DFS/StableRDFS: program order); side "
           "effects never move", gate="experimental_config.topology_sorting_strategy",
           runs_when=lambda v: v in _REORDERING),
+    Stage("stream_order", "torchair_dist.streams.ordering:order_streams", "aot-pass",
+          "every value read on a stream other than its producer's is ordered by an event "
+          "(record after the producer, wait before the first reader) and protected by "
+          "record_stream; the user's unordered torch.Stream reads are named by a warning"),
     Stage("validate", "torchair_dist.passes.validate:validate_pass", "aot-pass",
           "the graph holds only ops the backends accept"),
     Stage("fx_summary", "torchair_dist.tools.fx_summary:summary_stage", "route",
@@ -265,7 +265,7 @@ _ACL = (
     "send_recv", "streams", "aot", "stream_labels", "custom_pre_pass", "remove_noop_ops",
     "remove_copy_into_empty", "user_patterns", "pattern_fusion", "view_to_reshape",
     "collapse_view_chains", "custom_post_pass", "scope_ops", "scope_attrs", "overlap",
-    "reinplace", "reinplace_inputs", "remove_cat_ops", "stream_order", "deadlock_check", "validate",
+    "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "stream_order", "validate",
     "fx_summary", "data_dump", "run_eagerly", "shm_collectives", "compile", "acl_codegen",
     "acl_dump", "inductor_kernels", "value_ints", "device_capture", "capture", "consistency",
 )
