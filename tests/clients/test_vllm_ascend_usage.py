@@ -658,8 +658,8 @@ def u_stream_label_refuses_cross_stream_fusion(tmp_path, caplog):
         found[name] = {n.target for n in graphs[0].gm.graph.nodes if n.op == "call_function"}
         labels = {n.meta.get("stream_label") for n in graphs[0].gm.graph.nodes
                   if n.op == "call_function"}
-        if name == "across" and labels == {None}:
-            pytest.skip("node.meta['stream_label'] is not set (the streams change sets it)")
+        if name == "across":  # the labels vllm-ascend's check reads are there
+            assert "side" in labels and None in labels, labels
     assert torch.ops.aten.clamp_min.default in found["same"]
     assert torch.ops.aten.clamp_min.default not in found["across"]
 
