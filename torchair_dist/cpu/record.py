@@ -40,6 +40,7 @@ from ..platform.interfaces import CaptureGraph, CaptureSkipped, Uncapturable
 from ..streams.rewrite import where
 from ..base.util import without_function_modes
 from .bindings import fast_call as _fast_call
+from .concurrency import reordered_body, stream_order
 
 
 _HOST_CALLS = ("barrier", "monitored_barrier")
@@ -286,6 +287,7 @@ class RecordGraph(CaptureGraph):
         self.pool_outputs: List[torch.Tensor] = []
         self.source = ""
         self.ops: List[Any] = []
+        self.stream_order = "program"  # the order replays run the streams in (see .concurrency)
         self.run: Optional[Callable[[List[Any]], None]] = None
         self._buffers: List[Any] = []
         self._consts: List[Any] = []
@@ -318,8 +320,15 @@ class RecordGraph(CaptureGraph):
                     if isinstance(x, torch.Tensor)}
         into = {id(o) for o in outputs if isinstance(o, torch.Tensor)
                 and o.untyped_storage().data_ptr() not in storages}
-        for func, args, kwargs, out in entries:
-            gen.emit(counter, func, args, kwargs, out, into)
+        order = stream_order()
+        reordered = reordered_body(gen, entries, inputs, outputs, order) \
+            if order.reorders else None
+        if reordered is not None:
+            gen.lines = reordered
+        else:
+            for func, args, kwargs, out in entries:
+                gen.emit(counter, func, args, kwargs, out, into)
+        self.stream_order = str(order) if reordered is not None else "program"
         self.pool_outputs = []
         sync = []
         for o in outputs:

@@ -85,6 +85,12 @@ class Stage:
         return ((self.gate,) if self.gate else ()) + self.reads
 
 
+def _check_stream_order(value) -> bool:
+    from ..streams.happens_before import check_enabled
+
+    return check_enabled(value)
+
+
 def _capture_platforms() -> FrozenSet[str]:
     """Device graphs capture on NPU and CUDA; on CPU the recording stand-in captures (the
     default) unless ``TORCHAIR_DIST_CPU_CAPTURE=off``."""
@@ -160,6 +166,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("deadlock_check", "torchair_dist.passes.deadlock_check:deadlock_check", "aot-pass",
           "warn about collectives that may run concurrently on different streams",
           gate="debug.deadlock_check"),
+    Stage("stream_order_check", "torchair_dist.streams.happens_before:check_stream_order",
+          "aot-pass", "refuse a graph with a cross-stream data edge that no event, wait, fork "
+          "or join orders (happens-before over streams as vector clocks)",
+          gate="debug.check_stream_order", runs_when=_check_stream_order),
     Stage("constant_folding", "torchair_dist.passes.ge_graph_opts:fold_constants", "aot-pass",
           "compute constant subgraphs once at compile time (GE Const)",
           gate="ge_config.oo_constant_folding", runs_when=lambda v: v is True),
@@ -246,11 +256,12 @@ _ENTRY = ("send_recv", "streams", "aot", "custom_pre_pass", "remove_noop_ops",
           "custom_post_pass", "scope_ops", "scope_attrs")
 _SPLIT = _ENTRY.index("view_to_reshape")  # ACL modes fuse patterns before view -> reshape
 _ACL = _ENTRY[:_SPLIT] + ("pattern_fusion",) + _ENTRY[_SPLIT:] + (
-    "overlap", "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "validate",
+    "overlap", "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check",
+    "stream_order_check", "validate",
     "fx_summary", "data_dump", "run_eagerly", "shm_collectives", "compile", "acl_codegen",
     "acl_dump", "inductor_kernels", "value_ints", "capture", "device_capture", "consistency")
 _GE = _ENTRY + ("overlap", "constant_folding", "dead_code_elimination", "deadlock_check",
-                "topology_sort", "validate", "fx_summary", "data_dump", "run_eagerly",
+                "topology_sort", "stream_order_check", "validate", "fx_summary", "data_dump", "run_eagerly",
                 "shm_collectives", "compile", "ge_convert", "ge_dump", "ge_export", "ge_run",
                 "cann_options", "cann_dump", "cann_aoe", "consistency")
 

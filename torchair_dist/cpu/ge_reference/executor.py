@@ -34,6 +34,7 @@ from ...backends.ge.proto import ModelDef
 from ...base.envvars import env_flag
 from ...platform.interfaces import GeRuntime
 from ...base.util import without_function_modes
+from ..concurrency import StreamOrder, reorder, stream_order
 from . import kernels_conv, kernels_core, kernels_dynamic, kernels_fft, kernels_hcom, kernels_shape  # noqa: F401  (fill KERNELS)
 from .kernels import ASYNC, KERNELS, WRITES_INPUT
 from .opspec import GeRuntimeError, decode_tensor, op_spec
@@ -86,15 +87,35 @@ class ReferenceRuntime(GeRuntime):
         return self._fn(inputs)
 
 
-def schedule(graph) -> List[Any]:
+_LABEL = "_user_stream_label"
+
+
+def _stream(op) -> str:
+    """The stream an op is issued on ("" = main; also Data/Const, which are on none)."""
+    return op.attr[_LABEL].s.decode() if _LABEL in op.attr else ""
+
+
+def schedule(graph, order: Optional[StreamOrder] = None) -> List[Any]:
     """The ops of ``graph`` in an order honouring every data and control edge: the graph order
-    where it already does (a stable topological sort), ``NetOutput`` last."""
+    where it already does (a stable topological sort), ``NetOutput`` last.
+
+    ``order`` (default: ``TORCHAIR_DIST_CPU_STREAM_ORDER``) other than ``program``: the ops of
+    each stream (``_user_stream_label``) also keep their graph order, and the streams are
+    interleaved as the order says (:mod:`..concurrency`); data and control edges are the only
+    orderings across streams (GE orders every data edge)."""
     ops = list(graph.op)
+    order = stream_order() if order is None else order
     index = {op.name: i for i, op in enumerate(ops)}
     waits = [0] * len(ops)
     users: List[List[int]] = [[] for _ in ops]
+    streams = [_stream(op) for op in ops]
+    last_on: Dict[str, int] = {}
     for i, op in enumerate(ops):
         srcs = set()
+        if order.reorders and op.type not in ("Data", "RefData", "Const", "NetOutput"):
+            if streams[i] in last_on:
+                srcs.add(last_on[streams[i]])
+            last_on[streams[i]] = i
         for inp in op.input:
             src = inp.rpartition(":")[0]
             if src not in index:
@@ -106,21 +127,29 @@ def schedule(graph) -> List[Any]:
         waits[i] = len(srcs)
         for j in srcs:
             users[j].append(i)
+    if order.reorders:
+        out = [ops[i] for i in reorder(streams, waits, users, order)]
+    else:
+        out = _stable(ops, waits, users)
+    if len(out) != len(ops):
+        stuck = sorted(ops[i].name for i, n in enumerate(waits) if n)
+        raise GeRuntimeError(f"the data/control edges of GE graph {graph.name!r} form a cycle "
+                             f"through {stuck[:8]}")
+    return out
+
+
+def _stable(ops, waits, users) -> List[Any]:
     ready = [i for i, n in enumerate(waits) if n == 0]
     heapq.heapify(ready)
-    order = []
+    out = []
     while ready:
         i = heapq.heappop(ready)
-        order.append(ops[i])
+        out.append(ops[i])
         for u in users[i]:
             waits[u] -= 1
             if waits[u] == 0:
                 heapq.heappush(ready, u)
-    if len(order) != len(ops):
-        stuck = sorted(ops[i].name for i, n in enumerate(waits) if n)
-        raise GeRuntimeError(f"the data/control edges of GE graph {graph.name!r} form a cycle "
-                             f"through {stuck[:8]}")
-    return order
+    return out
 
 
 # Shape-only ops that may read a pending collective's output without finishing it: they are
