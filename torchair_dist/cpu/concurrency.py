@@ -203,9 +203,13 @@ def reordered_body(gen, entries, inputs, outputs, order: StreamOrder) -> Optiona
 
 
 def _add_frees(tl: Timeline, entries, items, inputs, outputs, produced_as, lines, spoil) -> None:
-    """Free items: each captured intermediate's storage is poisoned on its allocation stream
-    right after its last use in program order (after the streams a record_stream named)."""
+    """Free items: a captured intermediate's storage is freed after its last use in program
+    order and poisoned just before the next allocation on its allocation stream (which the
+    capture's pool may give that block), after the work the streams a ``record_stream`` named
+    had issued by the free. A free with no later allocation on its stream is not reused in
+    the graph."""
     kept = {_storage(t) for t in _tensors(list(inputs)) + _tensors(list(outputs))}
+    allocates = {k for k, _ in produced_as.values()}
     last: Dict[int, int] = {}
     recorded: Dict[int, List[str]] = {}
     for k, (func, args, kwargs, out) in enumerate(entries):
@@ -219,21 +223,21 @@ def _add_frees(tl: Timeline, entries, items, inputs, outputs, produced_as, lines
     by_last: Dict[int, List[int]] = {}
     for st, k in last.items():
         by_last.setdefault(k, []).append(st)
-    # Items are added after the record's own, so they go last in program order on their
-    # stream; their predecessors are recomputed here from the positions at the free point.
-    position: Dict[str, Optional[int]] = {}
+    position: Dict[str, int] = {}  # stream -> its latest item so far in program order
     for k in range(len(entries)):
         position[tl.streams[items[k]]] = items[k]
         for st in by_last.get(k, ()):
             producer, name = produced_as[st]
             stream = tl.streams[items[producer]]
-            after = [position.get(stream)] + [position.get(s) for s in recorded.get(st, ())]
+            reuse = next((j for j in range(k + 1, len(entries)) if j in allocates
+                          and tl.streams[items[j]] == stream), None)
+            if reuse is None:
+                continue
+            after = {position[s] for s in recorded.get(st, ()) if s in position}
+            after |= {p for p in tl.preds[items[reuse]]}
             i = len(tl.streams)
             tl.streams.append(stream)
-            tl.preds.append({p for p in after if p is not None})
+            tl.preds.append(after)
             tl.clocks.append({})
-            for later in range(k + 1, len(entries)):  # the stream's next work follows it
-                if tl.streams[items[later]] == stream:
-                    tl.preds[items[later]].add(i)
-                    break
+            tl.preds[items[reuse]].add(i)
             lines[i] = [f"{spoil}({name})"]

@@ -109,13 +109,8 @@ def schedule(graph, order: Optional[StreamOrder] = None) -> List[Any]:
     waits = [0] * len(ops)
     users: List[List[int]] = [[] for _ in ops]
     streams = [_stream(op) for op in ops]
-    last_on: Dict[str, int] = {}
     for i, op in enumerate(ops):
         srcs = set()
-        if order.reorders and op.type not in ("Data", "RefData", "Const", "NetOutput"):
-            if streams[i] in last_on:
-                srcs.add(last_on[streams[i]])
-            last_on[streams[i]] = i
         for inp in op.input:
             src = inp.rpartition(":")[0]
             if src not in index:
@@ -128,7 +123,7 @@ def schedule(graph, order: Optional[StreamOrder] = None) -> List[Any]:
         for j in srcs:
             users[j].append(i)
     if order.reorders:
-        out = [ops[i] for i in reorder(streams, waits, users, order)]
+        out = _interleave(ops, streams, waits, users, order)
     else:
         out = _stable(ops, waits, users)
     if len(out) != len(ops):
@@ -136,6 +131,26 @@ def schedule(graph, order: Optional[StreamOrder] = None) -> List[Any]:
         raise GeRuntimeError(f"the data/control edges of GE graph {graph.name!r} form a cycle "
                              f"through {stuck[:8]}")
     return out
+
+
+def _interleave(ops, streams, waits, users, order: StreamOrder) -> List[Any]:
+    """Each stream's ops in the order the stable sort gives them, the streams interleaved by
+    ``order`` where the edges allow."""
+    index = {op.name: i for i, op in enumerate(ops)}
+    stable = _stable(ops, list(waits), [list(u) for u in users])
+    if len(stable) != len(ops):
+        return stable  # a cycle: reported by the caller
+    last_on: Dict[str, int] = {}
+    for op in stable:
+        i = index[op.name]
+        if op.type in ("Data", "RefData", "Const", "NetOutput"):
+            continue
+        prev = last_on.get(streams[i])
+        if prev is not None and i not in users[prev]:
+            users[prev].append(i)
+            waits[i] += 1
+        last_on[streams[i]] = i
+    return [ops[i] for i in reorder(streams, waits, users, order)]
 
 
 def _stable(ops, waits, users) -> List[Any]:
