@@ -18,6 +18,11 @@ overload, any other output is copied in. So, as on a device:
 * a graph that breaks a device rule (``backends/aclgraph/rules.py``, and a host-side call
   inside an opaque kernel: :class:`HostCallGuard`) is not captured.
 
+With ``TORCHAIR_DIST_CPU_STREAM_ORDER`` other than ``program``, a replay runs the streams' work
+in another order the graph's orderings allow, keeps every value in a slot that outlives the
+replay (a reader run before its writer reads stale or poisoned data), poisons freed blocks
+before their reuse and asynchronous collective outputs until their wait (:mod:`.concurrency`).
+
 Captures of one runner that share a memory pool model the worst case of a real pool: a replay
 overwrites the outputs of the graphs captured after it in the same pool (as a device graph's
 intermediates may reuse blocks those outputs later took), so code that keeps outputs of one
