@@ -161,9 +161,14 @@ def reordered_body(gen, entries, inputs, outputs, order: StreamOrder) -> Optiona
 
     tl = Timeline()
     items = [tl.add(func, args) for func, args, _, _ in entries]
-    waited = {id(a) for func, args, _, _ in entries if _is_wait(func) for a in _tensors(args)}
-    collectives = {k for k, (func, _, _, out) in enumerate(entries)
-                   if not _is_wait(func) and any(id(t) in waited for t in _tensors(out))}
+    collectives = set()  # the op that last made each tensor a wait_tensor waits for
+    made_by: Dict[int, int] = {}
+    for k, (func, args, _, out) in enumerate(entries):
+        if _is_wait(func):
+            collectives.update(made_by[id(a)] for a in _tensors(args) if id(a) in made_by)
+            continue
+        for t in _tensors(out):
+            made_by[id(t)] = k
     if not tl.uses_side_streams() and not collectives:
         return None
     slots: List[Any] = [poisoned_like(out) for _, _, _, out in entries]
