@@ -265,6 +265,28 @@ def test_a_collective_output_read_before_its_wait_reads_poison(monkeypatch, orde
         assert errors == [float("inf")] * 3
 
 
+def _inplace_collective_graph() -> torch.fx.GraphModule:
+    """t = x * 2; all_reduce_(t) in place; wait; t + 1 (the reinplaced form)."""
+    import torch.distributed as dist
+
+    c10d = torch.ops._c10d_functional
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    t = g.call_function(aten.mul.Tensor, (x, 2))
+    a = g.call_function(c10d.all_reduce_.default, (t, "sum", dist.group.WORLD.group_name))
+    done = g.call_function(c10d.wait_tensor.default, (a,))
+    g.output((g.call_function(aten.add.Tensor, (done, 1)),))
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+@pytest.mark.usefixtures("one_rank_group")
+@pytest.mark.parametrize("order", ("program",) + ORDERS)
+def test_an_in_place_collective_read_after_its_wait_is_right(monkeypatch, order):
+    monkeypatch.setenv(ENV, order)
+    errors = _replays(_inplace_collective_graph(), _x, lambda x: (x * 2 + 1,))[1]
+    assert errors == [0.0] * 3
+
+
 # -- the issue's programs, compiled -----------------------------------------------------------
 def side_reads_main(x, w):
     h = x @ w
