@@ -199,7 +199,7 @@ def reordered_body(gen, entries, inputs, outputs, order: StreamOrder) -> Optiona
         for t in _tensors(out):
             st = _storage(t)
             if st is not None and st not in produced_as:
-                produced_as[st] = (k, gen.names[id(t)])
+                produced_as[st] = (k, real.get(id(t), gen.names[id(t)]))  # the real buffer
     _add_frees(tl, entries, items, inputs, outputs, produced_as, lines, spoil)
     body: List[str] = []
     for i in schedule(tl.streams, tl.preds, order):
