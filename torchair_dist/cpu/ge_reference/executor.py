@@ -13,7 +13,9 @@ time), and generates one Python function with one line per GE op::
 
 Control edges carry no data but order: ops run in graph order (the FX order the converter
 emitted; collectives keep the traced order on every rank) moved only where a data or control
-edge (``"<op>:-1"``) demands it (:func:`schedule`); ``NetOutput`` runs last.
+edge (``"<op>:-1"``) demands it (:func:`schedule`); ``NetOutput`` runs last. Under
+``TORCHAIR_DIST_CPU_STREAM_ORDER`` other than ``program`` each stream (``_user_stream_label``)
+keeps that order and the streams are interleaved early, late or at random where the edges allow.
 
 Asynchronous kernels (the collectives, ``kernels.ASYNC``) are issued in that order and finished
 (``v = p_op(); del p_op``) just before the first op that reads one of their outputs or has a
