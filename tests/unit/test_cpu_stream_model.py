@@ -373,3 +373,41 @@ def test_programs_equal_program_order_under_every_stream_order(monkeypatch, mode
         for g_, r in zip(got, want):
             torch.testing.assert_close(g_, r, rtol=1e-5, atol=1e-5,
                                        msg=lambda m: f"call {i} under {order}: {m}")
+
+
+# -- the GE reference executor interleaves streams by the graph's edges only -------------------
+def _ge_lanes():
+    """Main: m1 -> m2 (data); side lane s: s1 -> s2 (data); m2 has a control edge from s1."""
+    from torchair_dist.backends.ge.builder import GraphBuilder, Lane
+
+    b = GraphBuilder("lanes")
+    x = b.data(torch.float32, (2,), name="x")
+    desc = [("y", (torch.float32, (2,)))]
+    (m1,) = b.op("Neg", [("x", x)], None, desc, name="m1")
+    b.lane = Lane({"_user_stream_label": "s", "_user_stream_priority": "0"})
+    (s1,) = b.op("Abs", [("x", x)], None, desc, name="s1")
+    (s2,) = b.op("Neg", [("x", s1)], None, desc, name="s2")
+    b.lane = b.lanes[""]
+    (m2,) = b.op("Abs", [("x", m1)], None, desc, name="m2", control=["s1"])
+    b.net_output([m2, s2])
+    return b
+
+
+@pytest.mark.parametrize("order, want", [
+    ("program", ["x", "m1", "s1", "s2", "m2", "NetOutput"]),
+    ("early", ["x", "s1", "s2", "m1", "m2", "NetOutput"]),
+    ("late", ["x", "m1", "s1", "m2", "s2", "NetOutput"])])
+def test_ge_executor_interleaves_streams_where_edges_allow(order, want):
+    from torchair_dist.cpu.ge_reference import ReferenceRuntime, schedule
+
+    kind, _, seed = order.partition(":")
+    b = _ge_lanes()
+    assert [op.name for op in schedule(b.graph, concurrency.StreamOrder(kind))] == want
+    for seed in (1, 2, 3):  # every random order keeps the edges and each stream's order
+        got = [op.name for op in schedule(b.graph, concurrency.StreamOrder("random", seed))]
+        assert got.index("m1") < got.index("m2") and got.index("s1") < got.index("s2")
+        assert got.index("s1") < got.index("m2") and got[-1] == "NetOutput"
+    runtime = ReferenceRuntime()
+    runtime.load(b.model().SerializeToString())
+    x = torch.randn(2)
+    torch.testing.assert_close(runtime.run([x]), [(-x).abs(), -(x.abs())])
