@@ -14,12 +14,70 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 # Every GE graph built anywhere in the suite (rank workers inherit this) is checked against
 # the GE operator registry before it runs.
 os.environ.setdefault("TORCHAIR_DIST_GE_VALIDATE", "1")
+# Every graph compiled anywhere in the suite (rank workers too) has each cross-stream data edge
+# ordered by the graph's events/waits/fork/join, or its compile fails naming the edge
+# (torchair_dist/streams/happens_before.py).
+os.environ.setdefault("TORCHAIR_DIST_CHECK_STREAM_ORDER", "1")
+
+# The stream tests run again under each adversarial order of the CPU model of concurrency
+# (TORCHAIR_DIST_CPU_STREAM_ORDER): whole modules, plus any test named *stream* elsewhere in
+# tests/unit and tests/torchair_compat. Multi-process tests are not rerun (2-core budget).
+STREAM_ORDERS = ("program", "early", "late", "random:1", "random:2", "random:3")
+STREAM_MODULES = frozenset({"test_streams.py", "test_capture_streams.py", "test_ge_streams.py",
+                            "test_ta_scope_ops.py"})
+_RERUN_DIRS = ("unit", "torchair_compat")
+
+# Tests that failed before every cross-stream data edge got its event (issue 29: the rewrite left
+# side -> main edges unordered; the check refused the graph and the CPU model gave wrong results
+# under late/random orders): strict xfail for any test listed here. Empty since the events landed.
+NEEDS_STREAM_EVENTS = frozenset()
 
 _MULTICARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multicard")
 if _MULTICARD not in sys.path:  # `import harness` / `collective_cases` from any test directory
     sys.path.insert(0, _MULTICARD)
 
 from harness import RankPool  # noqa: E402
+
+
+def _reruns_under_orders(metafunc) -> bool:
+    path = str(metafunc.definition.fspath)
+    name = os.path.basename(path)
+    if os.path.basename(os.path.dirname(path)) not in _RERUN_DIRS:
+        return False
+    if name == "test_cpu_stream_model.py":  # chooses its orders itself
+        return False
+    return name in STREAM_MODULES or "stream" in metafunc.function.__name__
+
+
+def pytest_generate_tests(metafunc):
+    if _reruns_under_orders(metafunc) and "cpu_stream_order" not in metafunc.fixturenames:
+        metafunc.fixturenames.append("cpu_stream_order")
+        metafunc.parametrize("cpu_stream_order", STREAM_ORDERS)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_stream_order(request, monkeypatch):
+    """A test parametrized by ``cpu_stream_order`` runs with ``TORCHAIR_DIST_CPU_STREAM_ORDER``
+    = the parameter; tagged events (unique per process) are forgotten after each rerun."""
+    callspec = getattr(request.node, "callspec", None)
+    order = callspec.params.get("cpu_stream_order") if callspec is not None else None
+    if order is None:
+        yield
+        return
+    from torchair_dist.streams import api as stream_api
+
+    monkeypatch.setenv("TORCHAIR_DIST_CPU_STREAM_ORDER", order)
+    yield
+    stream_api._forget_tagged_events()
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        key = f"{os.path.basename(str(item.fspath))}::{item.originalname}"
+        if key in NEEDS_STREAM_EVENTS:
+            item.add_marker(pytest.mark.xfail(
+                strict=True, reason="needs an event for every cross-stream data edge "
+                "(issue 29, streams-core); remove from NEEDS_STREAM_EVENTS once it lands"))
 
 
 @pytest.fixture(scope="module")

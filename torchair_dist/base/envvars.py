@@ -23,6 +23,14 @@ VARIABLES: Dict[str, tuple] = {
     "TORCHAIR_DIST_DISABLE_NPU": ("0 | 1", "1: do not probe torch_npu"),
     CPU_CAPTURE_ENV: ("record | emulate | off",
                                   "the CPU stand-in for a device graph (default record)"),
+    "TORCHAIR_DIST_CPU_STREAM_ORDER": ("program | early | late | random:<seed>",
+                                       "the order the CPU stand-ins run each stream's work in: "
+                                       "program order (default), side streams as early or as "
+                                       "late as the graph's events allow, or a seeded random "
+                                       "order they allow; data edges alone do not order"),
+    "TORCHAIR_DIST_CHECK_STREAM_ORDER": ("0 | 1", "1: check every compiled graph's cross-stream "
+                                         "data edges for an ordering (as "
+                                         "debug.check_stream_order)"),
     "TORCHAIR_DIST_SHM_SLOT_BYTES": ("an integer >= 64",
                                      "bytes per rank and bank of the shared-memory exchange "
                                      "(default 1048576; every rank must use the same)"),
@@ -69,6 +77,22 @@ def env_choice(name: str, choices: Sequence[str], default: Optional[str] = None,
     if normalise(value) not in choices:
         raise _fail(name, value, "one of " + " | ".join(choices))
     return normalise(value)
+
+
+def env_stream_order(name: str) -> tuple:
+    """``program`` (default) | ``early`` | ``late`` | ``random:<seed>`` as (kind, seed)."""
+    value = raw(name)
+    if value is None:
+        return ("program", None)
+    kind, sep, seed = value.partition(":")
+    if not sep and kind in ("program", "early", "late"):
+        return (kind, None)
+    if kind == "random" and sep:
+        try:
+            return ("random", int(seed, 0))
+        except ValueError:
+            pass
+    raise _fail(name, value, "program | early | late | random:<integer seed>")
 
 
 def env_int(name: str, default: int, minimum: Optional[int] = None) -> int:

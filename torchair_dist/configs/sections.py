@@ -63,6 +63,9 @@ class DebugConfig(ConfigBase):
         self.run_eagerly = BoolOption(False, "run the FX graph eagerly instead of the backend")
         self.deadlock_check = BoolOption(False, "warn about collectives that may run concurrently "
                                           "on different streams (every platform)")
+        self.check_stream_order = BoolOption(
+            False, "refuse a graph with a cross-stream data edge no event orders (a "
+            "happens-before check; also TORCHAIR_DIST_CHECK_STREAM_ORDER=1)")
         self._freeze()
 
 

@@ -2,7 +2,8 @@
 
 * :mod:`.capture`, :mod:`.record`, :mod:`.bindings`: the capture stand-ins of the ACL modes
   (``TORCHAIR_DIST_CPU_CAPTURE``: the recording stand-in with device-graph rules, the
-  emulating one);
+  emulating one); :mod:`.concurrency`: the model of device concurrency they run under
+  (``TORCHAIR_DIST_CPU_STREAM_ORDER``);
 * :mod:`.shm`, :mod:`.shm_graph`, :mod:`.transport`: the shared-memory exchange between the
   ranks of one host (``distributed_config.cpu_shm_collectives``);
 * :mod:`.ge_reference`: the GE reference executor and its kernels (``max-autotune`` without

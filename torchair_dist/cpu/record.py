@@ -18,6 +18,11 @@ overload, any other output is copied in. So, as on a device:
 * a graph that breaks a device rule (``backends/aclgraph/rules.py``, and a host-side call
   inside an opaque kernel: :class:`HostCallGuard`) is not captured.
 
+With ``TORCHAIR_DIST_CPU_STREAM_ORDER`` other than ``program``, a replay runs the streams' work
+in another order the graph's orderings allow, keeps every value in a slot that outlives the
+replay (a reader run before its writer reads stale or poisoned data), poisons freed blocks
+before their reuse and asynchronous collective outputs until their wait (:mod:`.concurrency`).
+
 Captures of one runner that share a memory pool model the worst case of a real pool: a replay
 overwrites the outputs of the graphs captured after it in the same pool (as a device graph's
 intermediates may reuse blocks those outputs later took), so code that keeps outputs of one
@@ -40,6 +45,7 @@ from ..platform.interfaces import CaptureGraph, CaptureSkipped, Uncapturable
 from ..streams.rewrite import where
 from ..base.util import without_function_modes
 from .bindings import fast_call as _fast_call
+from .concurrency import reordered_body, stream_order
 
 
 _HOST_CALLS = ("barrier", "monitored_barrier")
@@ -286,6 +292,7 @@ class RecordGraph(CaptureGraph):
         self.pool_outputs: List[torch.Tensor] = []
         self.source = ""
         self.ops: List[Any] = []
+        self.stream_order = "program"  # the order replays run the streams in (see .concurrency)
         self.run: Optional[Callable[[List[Any]], None]] = None
         self._buffers: List[Any] = []
         self._consts: List[Any] = []
@@ -318,8 +325,15 @@ class RecordGraph(CaptureGraph):
                     if isinstance(x, torch.Tensor)}
         into = {id(o) for o in outputs if isinstance(o, torch.Tensor)
                 and o.untyped_storage().data_ptr() not in storages}
-        for func, args, kwargs, out in entries:
-            gen.emit(counter, func, args, kwargs, out, into)
+        order = stream_order()
+        reordered = reordered_body(gen, entries, inputs, outputs, order) \
+            if order.reorders else None
+        if reordered is not None:
+            gen.lines = reordered
+        else:
+            for func, args, kwargs, out in entries:
+                gen.emit(counter, func, args, kwargs, out, into)
+        self.stream_order = str(order) if reordered is not None else "program"
         self.pool_outputs = []
         sync = []
         for o in outputs:

@@ -91,6 +91,12 @@ class Stage:
         return ((self.gate,) if self.gate else ()) + self.reads
 
 
+def _check_stream_order(value) -> bool:
+    from ..streams.happens_before import check_enabled
+
+    return check_enabled(value)
+
+
 def _capture_platforms() -> FrozenSet[str]:
     """Device graphs capture on NPU and CUDA; on CPU the recording stand-in captures (the
     default) unless ``TORCHAIR_DIST_CPU_CAPTURE=off``."""
@@ -184,6 +190,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "every value read on a stream other than its producer's is ordered by an event "
           "(record after the producer, wait before the first reader) and protected by "
           "record_stream; the user's unordered torch.Stream reads are named by a warning"),
+    Stage("stream_order_check", "torchair_dist.streams.happens_before:check_stream_order",
+          "aot-pass", "refuse a graph with a cross-stream data edge that no event, wait, fork "
+          "or join orders (happens-before over streams as vector clocks)",
+          gate="debug.check_stream_order", runs_when=_check_stream_order),
     Stage("validate", "torchair_dist.passes.validate:validate_pass", "aot-pass",
           "the graph holds only ops the backends accept"),
     Stage("fx_summary", "torchair_dist.tools.fx_summary:summary_stage", "route",
@@ -265,7 +275,8 @@ _ACL = (
     "send_recv", "streams", "aot", "stream_labels", "custom_pre_pass", "remove_noop_ops",
     "remove_copy_into_empty", "user_patterns", "pattern_fusion", "view_to_reshape",
     "collapse_view_chains", "custom_post_pass", "scope_ops", "scope_attrs", "overlap",
-    "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "stream_order", "validate",
+    "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "stream_order",
+    "stream_order_check", "validate",
     "fx_summary", "data_dump", "run_eagerly", "shm_collectives", "compile", "acl_codegen",
     "acl_dump", "inductor_kernels", "value_ints", "device_capture", "capture", "consistency",
 )
@@ -273,7 +284,8 @@ _GE = (
     "send_recv", "streams", "aot", "stream_labels", "custom_pre_pass", "remove_noop_ops",
     "remove_copy_into_empty", "user_patterns", "view_to_reshape", "collapse_view_chains",
     "custom_post_pass", "scope_ops", "scope_attrs", "overlap", "constant_folding",
-    "dead_code_elimination", "deadlock_check", "topology_sort", "stream_order", "validate", "fx_summary",
+    "dead_code_elimination", "deadlock_check", "topology_sort", "stream_order",
+    "stream_order_check", "validate", "fx_summary",
     "data_dump", "run_eagerly", "shm_collectives", "compile", "ge_convert", "ge_dump",
     "cann_options", "cann_dump", "cann_aoe", "ge_run", "ge_export", "consistency",
 )

@@ -13,7 +13,9 @@ time), and generates one Python function with one line per GE op::
 
 Control edges carry no data but order: ops run in graph order (the FX order the converter
 emitted; collectives keep the traced order on every rank) moved only where a data or control
-edge (``"<op>:-1"``) demands it (:func:`schedule`); ``NetOutput`` runs last.
+edge (``"<op>:-1"``) demands it (:func:`schedule`); ``NetOutput`` runs last. Under
+``TORCHAIR_DIST_CPU_STREAM_ORDER`` other than ``program`` each stream (``_user_stream_label``)
+keeps that order and the streams are interleaved early, late or at random where the edges allow.
 
 Asynchronous kernels (the collectives, ``kernels.ASYNC``) are issued in that order and finished
 (``v = p_op(); del p_op``) just before the first op that reads one of their outputs or has a
@@ -34,6 +36,7 @@ from ...backends.ge.proto import ModelDef
 from ...base.envvars import env_flag
 from ...platform.interfaces import GeRuntime
 from ...base.util import without_function_modes
+from ..concurrency import StreamOrder, reorder, stream_order
 from . import kernels_conv, kernels_core, kernels_dynamic, kernels_fft, kernels_hcom, kernels_shape  # noqa: F401  (fill KERNELS)
 from .kernels import ASYNC, KERNELS, WRITES_INPUT
 from .opspec import GeRuntimeError, decode_tensor, op_spec
@@ -86,13 +89,28 @@ class ReferenceRuntime(GeRuntime):
         return self._fn(inputs)
 
 
-def schedule(graph) -> List[Any]:
+_LABEL = "_user_stream_label"
+
+
+def _stream(op) -> str:
+    """The stream an op is issued on ("" = main; also Data/Const, which are on none)."""
+    return op.attr[_LABEL].s.decode() if _LABEL in op.attr else ""
+
+
+def schedule(graph, order: Optional[StreamOrder] = None) -> List[Any]:
     """The ops of ``graph`` in an order honouring every data and control edge: the graph order
-    where it already does (a stable topological sort), ``NetOutput`` last."""
+    where it already does (a stable topological sort), ``NetOutput`` last.
+
+    ``order`` (default: ``TORCHAIR_DIST_CPU_STREAM_ORDER``) other than ``program``: the ops of
+    each stream (``_user_stream_label``) also keep their graph order, and the streams are
+    interleaved as the order says (:mod:`..concurrency`); data and control edges are the only
+    orderings across streams (GE orders every data edge)."""
     ops = list(graph.op)
+    order = stream_order() if order is None else order
     index = {op.name: i for i, op in enumerate(ops)}
     waits = [0] * len(ops)
     users: List[List[int]] = [[] for _ in ops]
+    streams = [_stream(op) for op in ops]
     for i, op in enumerate(ops):
         srcs = set()
         for inp in op.input:
@@ -106,21 +124,49 @@ def schedule(graph) -> List[Any]:
         waits[i] = len(srcs)
         for j in srcs:
             users[j].append(i)
+    if order.reorders:
+        out = _interleave(ops, streams, waits, users, order)
+    else:
+        out = _stable(ops, waits, users)
+    if len(out) != len(ops):
+        stuck = sorted(ops[i].name for i, n in enumerate(waits) if n)
+        raise GeRuntimeError(f"the data/control edges of GE graph {graph.name!r} form a cycle "
+                             f"through {stuck[:8]}")
+    return out
+
+
+def _interleave(ops, streams, waits, users, order: StreamOrder) -> List[Any]:
+    """Each stream's ops in the order the stable sort gives them, the streams interleaved by
+    ``order`` where the edges allow."""
+    index = {op.name: i for i, op in enumerate(ops)}
+    stable = _stable(ops, list(waits), [list(u) for u in users])
+    if len(stable) != len(ops):
+        return stable  # a cycle: reported by the caller
+    last_on: Dict[str, int] = {}
+    for op in stable:
+        i = index[op.name]
+        if op.type in ("Data", "RefData", "Const", "NetOutput"):
+            continue
+        prev = last_on.get(streams[i])
+        if prev is not None and i not in users[prev]:
+            users[prev].append(i)
+            waits[i] += 1
+        last_on[streams[i]] = i
+    return [ops[i] for i in reorder(streams, waits, users, order)]
+
+
+def _stable(ops, waits, users) -> List[Any]:
     ready = [i for i, n in enumerate(waits) if n == 0]
     heapq.heapify(ready)
-    order = []
+    out = []
     while ready:
         i = heapq.heappop(ready)
-        order.append(ops[i])
+        out.append(ops[i])
         for u in users[i]:
             waits[u] -= 1
             if waits[u] == 0:
                 heapq.heappush(ready, u)
-    if len(order) != len(ops):
-        stuck = sorted(ops[i].name for i, n in enumerate(waits) if n)
-        raise GeRuntimeError(f"the data/control edges of GE graph {graph.name!r} form a cycle "
-                             f"through {stuck[:8]}")
-    return order
+    return out
 
 
 # Shape-only ops that may read a pending collective's output without finishing it: they are
