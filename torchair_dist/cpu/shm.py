@@ -56,8 +56,7 @@ the peer's data in the slot, which would otherwise look like a finished exchange
 the channel, on every rank (the ranks' sequence numbers no longer mean the same step; destroy and
 re-create the process group to go on). What remains is the few microseconds between a waiter's
 last look at a late peer's sequence number and its mark becoming visible: a peer that publishes
-and reads the marks inside that window finishes the exchange while the waiter raises (as with
-gloo's own timeouts).
+and reads the marks inside that window finishes the exchange while the waiter raises.
 """
 from __future__ import annotations
 
@@ -125,7 +124,7 @@ def _describe_meta(word: int) -> str:
 
 
 # why a rank gave up on an exchange (bits 56-59 of its give-up mark)
-_GAVE_UP_WHY = {1: "did not arrive within the group timeout", 2: "its process had exited",
+_GAVE_UP_WHY = {1: "did not arrive within the group timeout", 2: "had exited",
                 3: "had published a failure", 4: "one of its graph's collectives failed "
                 "(on any transport)"}
 
