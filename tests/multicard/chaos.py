@@ -28,6 +28,12 @@ stop           sleeps past the process-group timeout between the graphs      Col
                                                                              on every rank
 =============  ===========================================================  ================
 
+Fault programs: the faulty rank must fail (a stopped rank once it wakes: its peers gave up on
+the step, issue 33); a survivor may instead finish the step only with the right value (its
+last collectives did not need the faulty rank: gloo's broadcast from a live root), and at least
+one survivor must fail; every rank's step before the fault must equal eager. A survivor's
+"rank N never reached it" must name the faulty rank, and the stopped rank's "gave up" a peer.
+
 :func:`chaos_rank.run_program` runs one on a rank (a :class:`harness.RankPool` worker): a
 barrier, ``torch._dynamo.reset()`` and a fresh consistency epoch, the compiled program (and, for
 legal programs, the eager one), and an :class:`Outcome` with the error class, its message and
@@ -40,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import re
 from typing import Dict, List, Optional, Tuple
 
 MODES = ("max-autotune", "npugraph_ex", "reduce-overhead")
@@ -237,6 +244,7 @@ class Outcome:
     equal: Optional[bool] = None  # legal programs: compiled == eager on this rank
     t_fault: float = 0.0  # fault programs, the faulty rank: when it died / began its stop
     t_resume: float = 0.0  # ... and when its stop ended
+    step0_equal: Optional[bool] = None  # fault programs: the step before the fault == eager
 
 
 # ------------------------------------------------------------------------------ parent side
@@ -285,18 +293,48 @@ def check(prog: Program, outcomes: Dict[int, Outcome], pg_timeout_s: float = 0.0
         if o is None:
             problems.append(f"rank {r}: no outcome")
             continue
-        if got[r] != want[r]:
+        if prog.divergence in FAULT_KINDS and r != prog.rank and got[r] == "ok":
+            # a survivor whose last collectives did not need the faulty rank (gloo's broadcast
+            # from a live root) may finish the step, with the right value only
+            if o.equal is not True:
+                problems.append(f"rank {r}: finished the step of the fault with a value "
+                                f"{'!= eager' if o.equal is False else 'not compared'}")
+        elif got[r] != want[r]:
             problems.append(f"rank {r}: {got[r]} (want {want[r]}): {o.message[:600]}")
         elif want[r] == "ok" and o.equal is not True:
             problems.append(f"rank {r}: compiled != eager")
         elif want[r] == "PeerFailedError" and f"rank {prog.rank} failed" not in o.message:
             problems.append(f"rank {r}: PeerFailedError does not name rank {prog.rank}: "
                             f"{o.message[:600]}")
+        if prog.divergence in FAULT_KINDS and got[r] != "died" and o.step0_equal is not True:
+            problems.append(f"rank {r}: the step before the fault: compiled "
+                            f"{'!= eager' if o.step0_equal is False else 'did not finish'}")
+        if prog.divergence in FAULT_KINDS and got[r] == "CollectiveFaultError":
+            problems += _names_the_right_rank(prog, r, o.message)
+    if prog.divergence in FAULT_KINDS and all(
+            got.get(r) == "ok" for r in range(prog.ws) if r != prog.rank):
+        problems.append(f"no rank noticed the fault of rank {prog.rank}")
     limit = bound(prog, pg_timeout_s) + slack_s
     for r, seconds in time_to_error(prog, outcomes).items():
         if seconds > limit:
             problems.append(f"rank {r}: error {seconds:.1f}s after its cause (bound {limit:g}s)")
     return problems
+
+
+def _names_the_right_rank(prog: Program, r: int, message: str) -> List[str]:
+    """The shared-memory transport's fault messages name the rank at fault: a survivor's
+    "rank N never reached it" names the stopped or dead rank; the stopped rank's "rank N gave
+    up on exchange" names a peer (a late arrival, issue 33)."""
+    if r != prog.rank:
+        blamed = re.findall(r"rank (\d+) never reached it", message)
+        if blamed and str(prog.rank) not in blamed:
+            return [f"rank {r}: blames rank(s) {blamed}, not rank {prog.rank}: {message[:600]}"]
+        return []
+    if "gave up on exchange" in message:
+        gave_up = [int(q) for q in re.findall(r"rank (\d+) gave up", message)]
+        if not [q for q in gave_up if q != r]:
+            return [f"rank {r} (stopped): names no peer that gave up: {message[:600]}"]
+    return []
 
 
 def died_outcomes(prog: Program, failure) -> Dict[int, Outcome]:

@@ -133,6 +133,9 @@ def run_program(rank: int, ws: int, prog: Program, fault_file: str = "",
     consistency.reset_check_sequence(epoch=1000 + prog.uid)
     ops = prog.ops_for(rank)
     fault = prog.divergence in FAULT_KINDS
+    # fault programs: every rank runs the program eagerly first (the process group still
+    # whole), so the step before the fault is checked against it on every rank
+    want0 = _program_fn(prog, rank, ws, ops)(_input(rank)) if fault else None
     parts = [ops[:prog.split], ops[prog.split:]] if fault else [ops]
     compiled = [compile_for(_program_fn(prog, rank, ws, p), prog.mode, False, [], [])
                 for p in parts]
@@ -145,6 +148,8 @@ def run_program(rank: int, ws: int, prog: Program, fault_file: str = "",
                     outcome.t_fault = time.time()
                     outcome.t_resume = _fault(prog, fault_file, pg_timeout_s)
                 y = fn(y)
+            if fault and step == 0:
+                outcome.step0_equal = bool(torch.equal(y, want0))
         got = y
     except Exception as exc:  # noqa: BLE001 - classified
         if prog.divergence in LEGAL_KINDS:  # unexpected: free the peers waiting to compare
@@ -152,6 +157,12 @@ def run_program(rank: int, ws: int, prog: Program, fault_file: str = "",
         err = _root_error(exc)
         outcome.cls, outcome.message = type(err).__name__, f"{err}"[:1500]
         outcome.t_error = time.time()
+        return outcome
+    finally:
+        if fault and rank != prog.rank:
+            _step_over(prog)
+    if fault:  # a survivor that finished the faulty step: the value of an unfaulted step
+        outcome.equal = bool(torch.equal(got, want0))
         return outcome
     if prog.divergence in LEGAL_KINDS:
         flag = torch.ones(1)
@@ -164,12 +175,40 @@ def run_program(rank: int, ws: int, prog: Program, fault_file: str = "",
     return outcome
 
 
+def _done_key(prog: Program, rank: int) -> str:
+    return f"torchair_dist_chaos/{prog.uid}/step_over/{rank}"
+
+
+def _step_over(prog: Program) -> None:
+    """A survivor of a fault program is done with the step of the fault (failed or not)."""
+    import torch.distributed as dist
+
+    try:
+        dist.distributed_c10d._get_default_store().set(
+            _done_key(prog, dist.get_rank()), "1")
+    except Exception:  # noqa: BLE001 - the stopped rank then only sleeps
+        pass
+
+
 def _fault(prog: Program, fault_file: str, pg_timeout_s: float) -> float:
+    """Die, or stop: sleep past the process-group timeout and until every peer is done with
+    the step (a peer slowed by a loaded host may reach its wait late: the stop must outlast
+    the wait, or it is no fault); return when the stop ended."""
+    import datetime
+
+    import torch.distributed as dist
+
     with open(fault_file, "w") as f:
         f.write(repr(time.time()))
     if prog.divergence == "die":
         os._exit(17)
     time.sleep(pg_timeout_s + SETTLE_S)
+    others = [_done_key(prog, r) for r in range(prog.ws) if r != prog.rank]
+    try:
+        dist.distributed_c10d._get_default_store().wait(
+            others, datetime.timedelta(seconds=3 * pg_timeout_s + 30))
+    except Exception:  # noqa: BLE001 - a peer that never finishes: the parent reports it
+        pass
     return time.time()  # the stop ends: this rank's own error is bounded from here
 
 

@@ -79,3 +79,30 @@ def test_check_flags_wrong_class_unnamed_peer_and_late_errors():
     legal = chaos.generate(3, 2, "npugraph_ex", "none")
     assert "compiled != eager" in chaos.check(
         legal, {0: chaos.Outcome("ok", equal=True), 1: chaos.Outcome("ok", equal=False)})[0]
+
+
+def test_check_of_fault_programs_wants_every_rank_failed_or_right():
+    """Issue 33: the stopped rank must fail once it wakes; a survivor may finish only with the
+    right value; every rank's step before the fault must equal eager; names are checked."""
+    prog = chaos.generate(7, 2, "npugraph_ex", "stop")
+    r, other = prog.rank, 1 - prog.rank
+    fault = dict(t_error=20.0, step0_equal=True)
+    good = {r: chaos.Outcome("CollectiveFaultError", f"rank {other} gave up on exchange #3",
+                             **fault),
+            other: chaos.Outcome("CollectiveFaultError", f"rank {r} never reached it", **fault)}
+    assert chaos.check(prog, good) == []
+    late_ok = {**good, r: chaos.Outcome("ok", equal=True, step0_equal=True)}
+    assert "ok (want CollectiveFaultError)" in chaos.check(prog, late_ok)[0]
+    survivor_ok = {**good, other: chaos.Outcome("ok", equal=True, step0_equal=True)}
+    assert chaos.check(prog, survivor_ok) == ["no rank noticed the fault of rank %d" % r]
+    wrong = {**good, other: chaos.Outcome("ok", equal=False, step0_equal=True)}
+    assert "value != eager" in chaos.check(prog, wrong)[0]
+    step0 = {**good, other: chaos.Outcome("CollectiveFaultError", f"rank {r} never reached it",
+                                          t_error=20.0, step0_equal=False)}
+    assert "step before the fault: compiled != eager" in chaos.check(prog, step0)[0]
+    blames = {**good, other: chaos.Outcome("CollectiveFaultError",
+                                           f"rank {other} never reached it", **fault)}
+    assert "not rank %d" % r in chaos.check(prog, blames)[0]
+    self_only = {**good, r: chaos.Outcome("CollectiveFaultError",
+                                          f"rank {r} gave up on exchange #3", **fault)}
+    assert "names no peer that gave up" in chaos.check(prog, self_only)[0]

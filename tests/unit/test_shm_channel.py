@@ -168,3 +168,81 @@ def test_a_peer_outside_this_pid_namespace_is_only_timed_out():
     ch._words[ch._pid_at[1]] = dead.pid
     with pytest.raises(CollectiveFaultError, match="did not arrive within 0.3 s"):
         ch.all_reduce_(torch.ones(4), "sum")
+
+
+# -- an abandoned exchange (issue 33) ---------------------------------------------------------
+def test_a_rank_arriving_after_its_peer_gave_up_fails_naming_it():
+    """Rank 0 times out waiting for rank 1 and raises; rank 1 arrives later and finds rank 0's
+    sequence number published and its data in the slot: it must fail naming rank 0, not
+    finish the exchange alone."""
+    chans = _pair()
+    chans[0].timeout = 0.3
+    assert torch.equal(_on_threads([lambda r=r: chans[r].all_reduce_(torch.ones(4), "sum")
+                                    for r in range(2)])[0], torch.full((4,), 2.0))
+    with pytest.raises(CollectiveFaultError, match="rank 1 never reached it"):
+        chans[0].all_reduce_(torch.ones(4), "sum")
+    late = torch.full((4,), 5.0)
+    with pytest.raises(CollectiveFaultError,
+                       match=r"#2 of group test: rank 0 gave up on exchange #2 while waiting "
+                             r"for this rank, which did not arrive within the group timeout\. "
+                             r"This rank arrived after that"):
+        chans[1].all_reduce_(late, "sum")
+    assert torch.equal(late, torch.full((4,), 5.0))   # nothing of the abandoned exchange
+    # the channel stays poisoned on every rank, the one that gave up included
+    for r, who in ((0, "this rank gave up"), (1, "rank 0 gave up")):
+        with pytest.raises(CollectiveFaultError, match=who):
+            chans[r].all_to_all(torch.arange(4.0), True)
+
+
+def test_a_late_all_to_all_fails_before_it_votes_or_reads():
+    chans = _pair()
+    chans[0].timeout = 0.3
+    with pytest.raises(CollectiveFaultError, match="rank 1 never reached it"):
+        chans[0].all_to_all(torch.arange(4.0), True)
+    with pytest.raises(CollectiveFaultError, match="rank 0 gave up on exchange #1"):
+        chans[1].all_to_all(torch.arange(4.0) + 10, True)
+
+
+def test_a_waiter_stops_waiting_when_another_waiter_gave_up():
+    """Three ranks: 0 and 1 wait for 2; 0 gives up after 0.3 s; 1 (a 60 s timeout) raises at
+    once, naming rank 0 and the rank it waited for."""
+    import time
+
+    mm = mmap.mmap(-1, shm.segment_bytes(3, 256))
+    chans = [shm.Channel(mm, r, 3, [0, 1, 2], "test", 256, timeout=0.3 if r == 0 else 60)
+             for r in range(3)]
+    for r in range(3):
+        chans[0]._words[chans[0]._pid_at[r]] = os.getpid()
+    errors = [None, None]
+
+    def wait(r):
+        t0 = time.monotonic()
+        try:
+            chans[r].all_reduce_(torch.ones(2), "sum")
+        except CollectiveFaultError as exc:
+            errors[r] = (str(exc), time.monotonic() - t0)
+    threads = [threading.Thread(target=wait, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert "rank 2 never reached it" in errors[0][0]
+    assert "rank 0 gave up on exchange #1 while waiting for rank 2" in errors[1][0], errors[1]
+    assert errors[1][1] < 5, errors[1]
+    with pytest.raises(CollectiveFaultError, match="rank 0 gave up on exchange #1"):
+        chans[2].all_reduce_(torch.ones(2), "sum")
+
+
+def test_a_run_time_fault_elsewhere_abandons_the_next_exchange(monkeypatch):
+    """failures.run_fault (a graph's collective failed on any transport, gloo included) marks
+    the next exchange of every channel: the peer fails there at once, naming this rank."""
+    from torchair_dist.collectives import failures
+
+    chans = _pair()
+    monkeypatch.setattr(shm, "_by_group", {"test": (None, chans[0])})
+    _on_threads([lambda r=r: chans[r].all_reduce_(torch.ones(4), "sum") for r in range(2)])
+    failures.run_fault(RuntimeError("gloo: timed out"))
+    with pytest.raises(CollectiveFaultError,
+                       match=r"collective #2 of group test: rank 0 gave up on exchange #2 "
+                             r"\(one of its graph.s collectives failed"):
+        chans[1].all_reduce_(torch.ones(4), "sum")

@@ -26,7 +26,9 @@ mismatch at once (:mod:`.waits`). A rank that publishes nothing for a scope with
 
 Faults: once running, a collective that fails because a peer died or stopped (gloo/NCCL/HCCL
 error or timeout, bounded by the process-group timeout) is re-raised as
-:class:`CollectiveFaultError` naming the rank, the graph and its collectives.
+:class:`CollectiveFaultError` naming the rank, the graph and its collectives, after the
+transports were told (:func:`.failures.run_fault`: the shared-memory transport marks its
+exchanges abandoned, so a peer arriving later fails too).
 """
 from __future__ import annotations
 
@@ -373,6 +375,7 @@ def guard_first_run(runner, ctx: GraphContext):
             if not _is_comm_failure(exc):
                 failures.publish(exc, "the first run", ctx.graph_name)
                 raise
+            failures.run_fault(exc)
             raise fault(exc) from exc
 
     def run(args):
@@ -383,6 +386,7 @@ def guard_first_run(runner, ctx: GraphContext):
         except (RuntimeError, TimeoutError) as exc:
             if not _is_comm_failure(exc):
                 raise
+            failures.run_fault(exc)
             raise fault(exc) from exc
 
     run._boxed_call = True

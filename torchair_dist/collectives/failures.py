@@ -16,13 +16,19 @@ graph break of a frame compiled without ``fullgraph=True``, or ``suppress_errors
 
 Records live in the check *epoch* of :mod:`.consistency`: a program (or test) that survives a
 failure calls ``consistency.reset_check_sequence()`` on every rank to start clean.
+
+At run time a rank that leaves a step because one of its graph's collectives failed (a peer died
+or stopped: :class:`~torchair_dist.errors.CollectiveFaultError`) tells the transports that keep
+their own state (:func:`on_run_fault` listeners, :func:`run_fault`): the shared-memory transport
+marks its exchanges abandoned, so a peer that arrives later fails naming this rank instead of
+finishing an exchange this rank will never join.
 """
 from __future__ import annotations
 
 import json
 import logging
 import time
-from typing import Dict, Iterable, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
 import torch.distributed as dist
 
@@ -33,6 +39,7 @@ PREFIX = "torchair_dist/consistency"
 _epoch = [0]  # the current check epoch; consistency.reset_check_sequence bumps it
 _acknowledged = set()  # (rank, time) of records this process no longer reports (see below)
 _published = [False]  # this process published a failure since it last acknowledged
+_run_fault_listeners: List[Callable[[BaseException], None]] = []  # see on_run_fault
 
 
 def _store():
@@ -111,6 +118,26 @@ def describe(records: Dict[int, dict]) -> str:
         where = f" while compiling {rec['graph']}" if rec.get("graph") else ""
         parts.append(f"rank {r} failed in {rec.get('stage', '?')}{where}: {rec.get('error')}")
     return "; ".join(parts)
+
+
+# ------------------------------------------------------------------------ run-time faults
+def on_run_fault(listener: Callable[[BaseException], None]) -> None:
+    """Have ``listener(exc)`` called by :func:`run_fault` (once per listener, however often
+    registered)."""
+    if listener not in _run_fault_listeners:
+        _run_fault_listeners.append(listener)
+
+
+def run_fault(exc: BaseException) -> None:
+    """A compiled graph of this process failed at run time with a collective fault ``exc``:
+    call every listener. Never raises (the caller is already failing); a listener's error is
+    logged."""
+    for listener in list(_run_fault_listeners):
+        try:
+            listener(exc)
+        except Exception as err:  # noqa: BLE001 - best effort on a failing path
+            log.warning("a run-time fault listener (%s) failed: %s",
+                        getattr(listener, "__qualname__", listener), err)
 
 
 # ------------------------------------------------------------------- Dynamo-level failures

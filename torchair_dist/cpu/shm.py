@@ -45,6 +45,18 @@ exited (when this process can see it: a peer in another PID namespace is only ti
 that has not arrived within the group's own timeout (what gloo would wait;
 ``TORCHAIR_DIST_SHM_TIMEOUT`` seconds overrides it), raises :class:`CollectiveFaultError` naming
 it.
+
+An abandoned exchange poisons the channel. A rank that gives up on exchange ``n`` (any of the
+reasons above, or a run-time fault of one of its graphs on any transport: :func:`abandon_all`)
+first writes a *give-up mark* in its own line of the segment: ``n``, the rank it waited for and
+why. Every rank reads every rank's mark after each of its waits (and while it waits), so a rank
+that arrives after a peer gave up — it finds the peer's sequence number already published and
+the peer's data in the slot, which would otherwise look like a finished exchange — raises
+:class:`CollectiveFaultError` naming the peer that gave up, and so does every later exchange on
+the channel, on every rank (the ranks' sequence numbers no longer mean the same step; destroy and
+re-create the process group to go on). What remains is the few microseconds between a waiter's
+last look at a late peer's sequence number and its mark becoming visible: a peer that publishes
+and reads the marks inside that window finishes the exchange while the waiter raises.
 """
 from __future__ import annotations
 
@@ -80,6 +92,7 @@ _LINE = 64                     # one cache line per rank: 8 int64 words
 _MAGIC = 0x7464736d            # "tdsm"
 _NONCE_AT = 4                  # rank 0's line: seq, pid, two votes, then the setup nonce
 _META_AT = 5                   # each rank's line: words 5 and 6, what it sends in bank 0 / 1
+_GAVE_UP_AT = 7                # each rank's line: word 7, its give-up mark (0: none; see _mark)
 _SEGMENT_PREFIX = "/dev/shm/torchair_dist_"
 # what an exchange's meta word encodes: kind, dtype, reduce op, element count
 _KINDS = {"all_reduce": 1, "all_to_all": 2}
@@ -108,6 +121,18 @@ def _describe_meta(word: int) -> str:
     dtype = dtypes.get((word >> 52) & 0xFF, "?")
     op = ops.get((word >> 48) & 0xF)
     return f"{kind} of {word & ((1 << 48) - 1)} {dtype}" + (f" ({op})" if op else "")
+
+
+# why a rank gave up on an exchange (bits 56-59 of its give-up mark)
+_GAVE_UP_WHY = {1: "did not arrive within the group timeout", 2: "had exited",
+                3: "had published a failure", 4: "one of its graph's collectives failed "
+                "(on any transport)"}
+
+
+def _mark(seq: int, peer: int, why: int) -> int:
+    """A give-up mark: the exchange abandoned (bits 0-47), the group rank waited for plus one
+    (bits 48-55; 0: none) and the reason (bits 56-59, :data:`_GAVE_UP_WHY`)."""
+    return (why << 56) | ((peer + 1 & 0xFF) << 48) | (seq & ((1 << 48) - 1))
 
 
 def slot_bytes() -> int:
@@ -156,6 +181,9 @@ class Channel:
         # exchange disagrees is an error on every rank, never a wrong result
         self._meta_at = [[r * _LINE // 8 + _META_AT + b for r in range(world)]
                          for b in range(2)]
+        # each rank's give-up mark: written before it raises out of an exchange, read by every
+        # rank after each wait (a late arrival) and while it waits
+        self._gave_up_at = [r * _LINE // 8 + _GAVE_UP_AT for r in range(world)]
         header = world * _LINE
         data = torch.frombuffer(mm, dtype=torch.uint8)[header:]
         self._banks = [data[b * world * slot:(b + 1) * world * slot].view(world, slot)
@@ -175,6 +203,11 @@ class Channel:
         for i, at in enumerate(self._seq_at):
             if words[at] < seq:
                 self._wait_for(i, at, seq)
+        # every peer published this exchange; a late arrival finds that at once, so it is also
+        # where a peer's give-up (written before that peer raised) must be seen
+        for at in self._gave_up_at:
+            if words[at]:
+                self._raise_abandoned(seq)
         return self._banks[seq & 1]
 
     def _wait_for(self, peer: int, at: int, seq: int) -> None:
@@ -185,8 +218,12 @@ class Channel:
             yield_()
         start = last_check = time.monotonic()
         sleep = time.sleep
+        marks = self._gave_up_at
         while words[at] < seq:
             sleep(2e-5)   # a slow peer (compute, or more ranks than cores): give the CPU away
+            for mark_at in marks:   # another waiter gave up on this exchange: so does this one
+                if words[mark_at]:
+                    self._raise_abandoned(seq)
             now = time.monotonic()
             if now - last_check > 0.2:
                 last_check = now
@@ -195,17 +232,54 @@ class Channel:
     def _check_alive(self, peer: int, seq: int, waited: float) -> None:
         records = failures.failed_peers([self.ranks[peer]])
         if records:
+            self.give_up(seq, peer, 3)
             raise PeerFailedError(f"shared-memory collective #{seq} of group {self.name}: "
                                   f"{failures.describe(records)}")
         pid = self._words[self._pid_at[peer]]
         alive = not self._watch[peer] or _process_exists(pid)
         if not alive or waited > self.timeout:
+            self.give_up(seq, peer, 2 if not alive else 1)
             why = (f"its process (pid {pid}) has exited" if not alive else
                    f"it did not arrive within {self.timeout:g} s (the group timeout; "
                    f"{TIMEOUT_ENV} overrides it)")
             raise CollectiveFaultError(
                 f"shared-memory collective #{seq} of group {self.name}: rank "
-                f"{self.ranks[peer]} never reached it: {why}")
+                f"{self.ranks[peer]} never reached it: {why}. This rank gave up on it: the "
+                f"group's shared-memory exchanges fail from here on, on every rank")
+
+    # -- giving up ----------------------------------------------------------------------------
+    def give_up(self, seq: int, peer: int = -1, why: int = 4) -> None:
+        """Mark exchange ``seq`` abandoned by this rank (waiting for group rank ``peer``; -1:
+        none), before this rank raises: every rank that waits for it, or arrives later,
+        raises instead of finishing the exchange without it. The first mark stays."""
+        at = self._gave_up_at[self.rank]
+        if not self._words[at]:
+            self._words[at] = _mark(seq, peer, why)
+
+    def _raise_abandoned(self, seq: int) -> None:
+        """:class:`CollectiveFaultError` naming every rank that gave up (see :meth:`give_up`)."""
+        words, parts, blamed = self._words, [], []
+        for r, at in enumerate(self._gave_up_at):
+            mark = words[at]
+            if not mark:
+                continue
+            gave_up_on, peer, why = mark & ((1 << 48) - 1), (mark >> 48 & 0xFF) - 1, mark >> 56
+            who = "this rank" if r == self.rank else f"rank {self.ranks[r]}"
+            reason = _GAVE_UP_WHY.get(why, "?")
+            if peer < 0:
+                waited = f" ({reason})"
+            else:
+                whom = "this rank" if peer == self.rank else f"rank {self.ranks[peer]}"
+                waited = f" while waiting for {whom}, which {reason}"
+            parts.append(f"{who} gave up on exchange #{gave_up_on}{waited}")
+            blamed.append(r)
+        late = " This rank arrived after that: the exchange was abandoned and nothing from " \
+            "it is used." if any(r != self.rank for r in blamed) else ""
+        raise CollectiveFaultError(
+            f"shared-memory collective #{seq} of group {self.name}: " + "; ".join(parts)
+            + f".{late} The group's exchanges are out of step from there on: every "
+            f"shared-memory collective of group {self.name} fails; destroy and re-create the "
+            f"process group to go on.")
 
     def _check_meta(self, parity: int, mine: int, what: str) -> None:
         """After an exchange: every rank sent the same kind, dtype, op and element count, else
@@ -498,6 +572,21 @@ def reset() -> None:
     """Forget every channel (process groups were destroyed)."""
     _channels.clear()
     _by_group.clear()
+
+
+def abandon_all(exc: BaseException = None) -> None:
+    """A graph of this process failed at run time with a collective fault (on any transport;
+    :func:`torchair_dist.collectives.failures.run_fault`): this rank leaves the step, so it marks
+    the next exchange of each of its channels abandoned (:meth:`Channel.give_up`; a channel
+    that already holds its mark keeps it). A peer waiting in, or arriving at, one of them
+    raises :class:`CollectiveFaultError` naming this rank instead of waiting out the timeout or
+    finishing without it."""
+    for _, ch in list(_by_group.values()):
+        if ch is not None:
+            ch.give_up(ch.seq + 1)
+
+
+failures.on_run_fault(abandon_all)
 
 
 # -- the kernels of the torchair_dist::shm_* ops (registered by .ops) -----------------------
