@@ -119,6 +119,8 @@ PROCESS_STATE = {
         "peer failures this process already reported (failure board, per process)",
     "torchair_dist.collectives.failures:_published": "this process's own failure record",
     "torchair_dist.collectives.failures:_hook_installed": "an exit hook, installed once",
+    "torchair_dist.collectives.failures:_probed":
+        "the last c10d store probed and whether it carries keys (one probe, one log line)",
     "torchair_dist.collectives.groups:_hccl_warned": "warn once per process",
     "torchair_dist.collectives.remap:_warned_outside": "warn once per process",
     "torchair_dist.collectives.remap:_installed":
