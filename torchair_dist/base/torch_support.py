@@ -195,7 +195,9 @@ PRIVATE_APIS: Dict[str, str] = {
     "torch._dynamo.register_backend": "named backends registered when run from a source tree",
     "torch._dynamo.mark_dynamic": "inference.set_dim_gears marks the geared dims dynamic",
     "torch._dynamo.trace_rules": "is_polyfilled_callable: remaps installed once",
-    "torch._dynamo.utils": "GmWrapper: AOT's forward wrapper recognised for the direct call",
+    "torch._dynamo.utils": "GmWrapper: AOT's forward wrapper recognised for the direct call; "
+                           "flatten_graph_inputs: list inputs (compiled autograd) flattened "
+                           "for AOT as Dynamo's aot_autograd does",
     # AOT autograd
     "torch._functorch._aot_autograd": "runtime wrappers and schemas (MutationType, "
                                       "OutputType): when AOT's wrapper can be skipped",

@@ -124,6 +124,8 @@ PROCESS_STATE = {
     "torchair_dist.collectives.failures:_hook_installed": "an exit hook, installed once",
     "torchair_dist.collectives.failures:_run_fault_listeners":
         "transports told of a run-time collective fault (registered once, at their import)",
+    "torchair_dist.collectives.failures:_probed":
+        "the last c10d store probed and whether it carries keys (one probe, one log line)",
     "torchair_dist.collectives.groups:_hccl_warned": "warn once per process",
     "torchair_dist.collectives.remap:_warned_outside": "warn once per process",
     "torchair_dist.collectives.remap:_installed":

@@ -336,8 +336,10 @@ def guard_first_run(runner, ctx: GraphContext):
     """Wrap ``runner``: cross-rank check before its first run, clear errors on peer faults.
 
     Returns ``runner`` unchanged when the graph has no collectives or no process group exists.
-    A failure of the check or of the first run (lazy backend compilation) is published to the
-    peers (:mod:`.failures`). After the first run a call costs one frame and a ``try`` (AOT
+    No check when the group has no peers to check with or a store that cannot carry keys
+    (PyTorch's fake process group; :func:`.failures.no_peers_reason` logs it once). A failure of
+    the check or of the first run (lazy backend compilation) is published to the peers
+    (:mod:`.failures`). After the first run a call costs one frame and a ``try`` (AOT
     holds the returned callable, so it cannot be swapped for the bare runner).
     """
     if not (dist.is_available() and dist.is_initialized()):
@@ -345,7 +347,9 @@ def guard_first_run(runner, ctx: GraphContext):
     fp = collective_fingerprint(ctx.gm)
     if not fp:
         return runner
-    check = bool(ctx.config.get("distributed_config.consistency_check"))
+    # a fake group or a keyless store: no check (one log line), faults still named
+    check = bool(ctx.config.get("distributed_config.consistency_check")) and \
+        failures.no_peers_reason() is None
     timeout_s = float(ctx.config.get("distributed_config.consistency_timeout")) if check else 0.0
     call = runner if getattr(runner, "_boxed_call", False) else (lambda args: runner(*args))
     rank = dist.get_rank()

@@ -45,10 +45,58 @@ _run_fault_listeners: List[Callable[[BaseException], None]] = []  # see on_run_f
 def _store():
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return None
+    if no_peers_reason() is not None:
+        return None
     try:
         return dist.distributed_c10d._get_default_store()
-    except Exception:  # noqa: BLE001 - no store (fake/threaded PGs): nothing to publish to
+    except Exception:  # noqa: BLE001 - no store (threaded PGs): nothing to publish to
         return None
+
+
+_probed = [None, None]  # (the last store probed, why it cannot carry the records, or None)
+
+
+def no_peers_reason(store=None) -> Optional[str]:
+    """Why the cross-rank machinery (failure records, the consistency check, the shared-memory
+    transport's set-up) cannot run on the default group, or None when it can.
+
+    Two cases: the default group is PyTorch's *fake* process group (``init_process_group("fake",
+    store=FakeStore())``, used by torch's tests and dry-run tools: one real process plays a
+    rank, so there are no peers to agree with or to exchange with), and a store that cannot
+    carry keys (``check`` raises, as a bare ``dist.Store`` subclass such as ``FakeStore`` does:
+    "Not implemented"). The store is probed once; the first time it is found unusable one INFO
+    line says so, and callers step aside.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    if store is None:
+        try:
+            store = dist.distributed_c10d._get_default_store()
+        except Exception:  # noqa: BLE001 - no store: the callers have their own fallback
+            store = None
+    if store is not None and _probed[0] is store:
+        return _probed[1]
+    reason = None
+    try:
+        backend = str(dist.get_backend())
+    except Exception:  # noqa: BLE001 - a group without a backend name
+        backend = ""
+    if backend == "fake":
+        reason = ("the default process group is the fake one (one process stands in for a "
+                  "rank: there are no peers to check against or exchange with)")
+    elif store is not None:
+        try:
+            store.check([f"{PREFIX}/probe"])
+        except Exception as exc:  # noqa: BLE001 - whatever the store raises, it cannot carry
+            text = str(exc).strip()
+            reason = (f"the process group's store ({type(store).__name__}) cannot carry keys "
+                      f"({text.splitlines()[-1][:120] if text else type(exc).__name__})")
+    if store is not None:
+        _probed[:] = [store, reason]
+    if reason is not None:
+        log.info("the cross-rank consistency check, failure records and "
+                 "shared-memory collectives step aside: %s", reason)
+    return reason
 
 
 def _key(rank: int) -> str:

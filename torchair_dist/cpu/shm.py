@@ -376,10 +376,18 @@ def channel(group_name: str) -> Optional[Channel]:
     name = groups.stable_name_of(pg)
     made = _by_group.get(name)
     if made is None or made[0] is not pg:
-        made = (pg, _setup(pg, dist.get_process_group_ranks(pg), name))
+        made = (pg, None if _without_peers() else
+                _setup(pg, dist.get_process_group_ranks(pg), name))
         _by_group[name] = made
     _channels[group_name] = made
     return made[1]
+
+
+def _without_peers() -> bool:
+    """PyTorch's fake process group (one process plays a rank) or a store that cannot carry
+    keys: no peer would ever publish, so the group's collectives keep their own kernels (one log
+    line, from :func:`~torchair_dist.collectives.failures.no_peers_reason`)."""
+    return failures.no_peers_reason() is not None
 
 
 def segment_bytes(world: int, slot: int) -> int:

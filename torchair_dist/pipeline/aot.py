@@ -147,8 +147,20 @@ def _output_values(gm) -> List[Any]:
 def compile_with_aot(gm, example_inputs, compiler, decompositions: Dict):
     """AOT autograd with our compilers; inference graphs keep input mutations in-graph. An
     inference graph whose AOT runtime wrapper has nothing to do is called without it after
-    its first call (:func:`wrap`)."""
+    its first call (:func:`wrap`).
+
+    Inputs given as lists (compiled autograd's graph takes its tensors as one list) are
+    flattened first, as Dynamo's own ``aot_autograd`` backend does: AOT takes only flat
+    tensors, SymInts and opaque objects."""
     from torch._functorch.aot_autograd import aot_module_simplified
+
+    if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
+        from torch._dynamo.utils import flatten_graph_inputs
+
+        return flatten_graph_inputs(
+            gm, example_inputs,
+            lambda flat_gm, flat_inputs: compile_with_aot(flat_gm, flat_inputs, compiler,
+                                                          decompositions))
 
     keep = compiler.config.get("experimental_config.keep_inference_input_mutations")
     kept = ineligible(gm, example_inputs)

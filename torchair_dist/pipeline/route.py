@@ -8,6 +8,7 @@ import dataclasses
 import importlib
 import itertools
 import logging
+import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -152,6 +153,27 @@ def _static_indices(example_inputs: Sequence[Any]) -> List[int]:
     return [i for i, x in enumerate(example_inputs) if isinstance(x, torch.nn.Parameter)]
 
 
+_PRIMAL = re.compile(r"primals_(\d+)$")
+
+
+def _backward_static_indices(gm: torch.fx.GraphModule) -> List[int]:
+    """The static inputs of a backward graph: its placeholders that are forward inputs the
+    forward holds static (parameters/buffers). AOT's metadata lists the *forward's* positions;
+    the backward takes saved values and tangents in another order, and AOT's partitioner names
+    a saved forward input after the forward's placeholder (``primals_<k>``, input k-1), which
+    is how its positions map here. Saved activations and tangents are new tensors each step,
+    copied into the capture's buffers like any other input."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    forward_static = set(getattr(meta, "static_input_indices", None) or ())
+    static = []
+    for i, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        match = _PRIMAL.match(node.name)
+        if match and int(match.group(1)) - 1 in forward_static:
+            static.append(i)
+    return static
+
+
 class NpuFxCompiler:
     """Compiles AOT graphs for one config; used as AOT's forward/inference/backward compiler."""
 
@@ -159,9 +181,10 @@ class NpuFxCompiler:
         self.config = config
         self.compiled: List[GraphContext] = []  # every graph this compiler saw (debug/tests)
 
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs, is_inference: bool = True):
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs, is_inference: bool = True,
+                 is_backward: bool = False):
         cfg = self.config
-        static = _static_indices(example_inputs)
+        static = _backward_static_indices(gm) if is_backward else _static_indices(example_inputs)
         original = copy.deepcopy(gm) if dumps_original_graph(cfg) else None
         gm = run_aot_passes(gm, example_inputs, cfg)
         ctx = make_context(gm, example_inputs, cfg, static, f"graph_{next(_graph_ids)}",
@@ -179,7 +202,7 @@ class NpuFxCompiler:
         return self(gm, example_inputs, is_inference=False)
 
     def backward(self, gm, example_inputs):
-        return self(gm, example_inputs, is_inference=False)
+        return self(gm, example_inputs, is_inference=False, is_backward=True)
 
 
 def get_compiler(compiler_config: Optional[CompilerConfig] = None) -> NpuFxCompiler:

@@ -190,6 +190,8 @@ def make_runner(converted: ConvertedGraph, runtime: Any):
                 result.append(outs[value])
             elif kind == "sym":
                 result.append(int(outs[value]))
+            elif kind == "input":  # an opaque input (a DeviceMesh) returned as it came
+                result.append(args[value])
             else:
                 result.append(value)
         return result

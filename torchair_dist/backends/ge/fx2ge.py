@@ -25,7 +25,10 @@ class ConvertedGraph:
     inputs: per FX placeholder, "tensor", "sym" (a SymInt, fed as a shape-[] int64 Data) or
         "opaque" (an object such as a process group: read at conversion, not fed to GE).
     outputs: per FX output, ("ge", k) for GE output k, ("sym", k) for a GE output read back as
-        a Python int, or ("value", v) for a constant (None, a Python number).
+        a Python int, ("value", v) for a constant (None, a Python number, a non-tensor
+        attribute of the graph module), or ("input", i) for placeholder i returned as it is (an
+        opaque input such as DTensor's DeviceMesh, which travels through AOT's graph as an
+        object: it never enters GE, the runner hands the caller's object back).
     mutations: (placeholder index, GE output position) pairs to ``copy_`` back after a run
         (inputs updated in place through a ``RefData`` are not among them).
     """
@@ -129,9 +132,9 @@ def _convert(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name
             env[node] = b.data(torch.int64, (), placement="CPU", name=node.name)
             inputs.append("sym")
         elif val is None or _is_opaque(val):
-            # an opaque object input (e.g. a ProcessGroup as a script object): used by the
-            # converters at conversion time, never fed to GE
-            env[node] = getattr(val, "real_obj", val)
+            # an opaque object input (e.g. a ProcessGroup or DeviceMesh as a script object):
+            # used by the converters at conversion time, never fed to GE
+            env[node] = _Opaque(i, getattr(val, "real_obj", val))
             inputs.append("opaque")
             continue
         else:
@@ -147,9 +150,8 @@ def _convert(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name
         elif node.op == "call_function":
             cx.node = node
             first = len(b.graph.op)
-            args = map_aggregate(node.args, lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
-            kwargs = map_aggregate(node.kwargs,
-                                   lambda a: env[a] if isinstance(a, torch.fx.Node) else a)
+            args = map_aggregate(node.args, lambda a: _arg(env, a))
+            kwargs = map_aggregate(node.kwargs, lambda a: _arg(env, a))
             env[node] = lookup(node.target).fn(cx, *args, **kwargs)
             op_nodes.update((op.name, node.name) for op in b.graph.op[first:])
             _scope_attrs(node, b.graph.op[first:])
@@ -205,6 +207,31 @@ def _module_stacks(gm: torch.fx.GraphModule) -> Dict[str, List[List[str]]]:
     return stacks
 
 
+@dataclasses.dataclass(frozen=True)
+class _Opaque:
+    """An opaque placeholder's value at conversion (``obj``, what converters read) and its
+    position (an output that returns it hands back the caller's object of each call)."""
+
+    index: int
+    obj: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class _Attr:
+    """A non-tensor attribute of the graph module (a torchbind object, a DeviceMesh): what a
+    converter reads at conversion; an output that returns it returns the object."""
+
+    obj: Any
+
+
+def _arg(env: Dict[torch.fx.Node, Any], a: Any) -> Any:
+    """A converter's argument: what ``env`` holds, opaque objects unwrapped."""
+    if not isinstance(a, torch.fx.Node):
+        return a
+    value = env[a]
+    return value.obj if isinstance(value, (_Opaque, _Attr)) else value
+
+
 def _is_opaque(val: Any) -> bool:
     from torch._library.fake_class_registry import FakeScriptObject
 
@@ -216,6 +243,12 @@ def _outputs(args: Any, env: Dict[torch.fx.Node, Any]) -> List[Tuple[str, Any]]:
     for a in (args if isinstance(args, (list, tuple)) else [args]):
         if isinstance(a, torch.fx.Node):
             value = env[a]
+            if isinstance(value, _Opaque):  # not a GE tensor: returned around the GE graph
+                result.append(("input", value.index))
+                continue
+            if isinstance(value, _Attr):
+                result.append(("value", value.obj))
+                continue
             val = a.meta.get("val")
             sym = isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool)
             result.append(("sym" if sym else "ge", value))
@@ -230,7 +263,13 @@ def _get_attr(cx: ConvertContext, gm: torch.fx.GraphModule, node: torch.fx.Node)
         obj = getattr(obj, part)
     if isinstance(obj, torch.Tensor):
         return cx.const(obj)
-    raise UnsupportedOpError(f"get_attr %{node.name} ({type(obj).__name__}) cannot become GE")
+    if _is_opaque(obj) or not isinstance(obj, torch.nn.Module):
+        # a torchbind object or another Python object (DTensor's DeviceMesh): not a GE tensor;
+        # converters that take it read it at conversion, an output returns it as it is
+        return _Attr(getattr(obj, "real_obj", obj))
+    raise UnsupportedOpError(f"get_attr %{node.name} ({type(obj).__name__}) cannot become GE: "
+                             f"a submodule is called through a higher-order op, which max-autotune "
+                             f"does not convert; compile with mode='npugraph_ex'")
 
 
 __all__ = ["ConvertedGraph", "convert_graph", "check_supported", "source_line", "meta_desc"]

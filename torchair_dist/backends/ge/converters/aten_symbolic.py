@@ -70,7 +70,12 @@ def _local_scalar_dense(cx, x):
 
 
 @register([torch.sym_sum], ["AddN", "Identity", "Const", "Cast"])
-def _sym_sum(cx, values):
+def _sym_sum(cx, *values):
+    """``torch.sym_sum`` in both forms torch records: one sequence (``sym_sum((a, b))``, from
+    tracing a call) or the terms as arguments (``sym_sum(a, b)``: a size expression that
+    proxy_tensor rebuilds from sympy, e.g. in DTensor's shard propagation)."""
+    if len(values) == 1 and isinstance(values[0], (list, tuple)):
+        values = tuple(values[0])
     parts = [cx.tensor(v, torch.int64) for v in values]
     if len(parts) == 1:
         return cx.emit1("Identity", [("x", parts[0])], None, (torch.int64, ()))
