@@ -17,12 +17,6 @@ pytestmark = pytest.mark.usefixtures("one_rank_group")
 ATOL = 1e-5
 
 
-def _generated_sources():
-    from torch._inductor.codecache import PyCodeCache
-
-    return [open(m.__file__).read() for m in PyCodeCache.modules]
-
-
 def _lifetime_violations(source: str):
     """Lines of inductor's ``call`` that touch an in-flight collective's input (a ``# reuse``
     or a kernel writing it through ``out=``) or read its output, between the collective and
@@ -31,7 +25,8 @@ def _lifetime_violations(source: str):
     problems, in_flight = [], []  # [input name, names of the output, line of the collective]
     for i, line in enumerate(body):
         line = line.strip()
-        m = re.match(r"(buf\d+) = torch\.ops\.torchair_dist\.\w+\.default\((\w+)", line)
+        m = re.match(r"(buf\d+) = torch\.ops\.torchair_dist\.\w+\.default\("
+                     r"(?:reinterpret_tensor\()?(\w+)", line)
         if m:
             in_flight.append((m.group(2), {m.group(1)}, i))
             continue
@@ -56,32 +51,49 @@ def _lifetime_violations(source: str):
     return problems
 
 
-def _compile(model, inductor=True):
+def _compile(model, overlap):
     cfg = torchair_dist.CompilerConfig()
     cfg.mode = "npugraph_ex"
-    cfg.experimental_config.inductor_kernels = inductor
+    cfg.experimental_config.inductor_kernels = True
     cfg.distributed_config.cpu_shm_collectives = False
+    cfg.distributed_config.overlap_collectives = overlap
     return torch.compile(model, backend=torchair_dist.get_npu_backend(compiler_config=cfg),
                          fullgraph=True)
 
 
-def test_moe_dispatch_buffer_is_not_reused_before_its_wait():
+def _between_dispatch_and_wait(source: str):
+    """The lines of ``call`` between the first ``all_to_all_v`` and the wait of its result."""
+    body = [line.strip() for line in source[source.index("def call("):].splitlines()]
+    start = next(i for i, line in enumerate(body) if "torchair_dist.all_to_all_v" in line)
+    result = body[start].split(" = ")[0]
+    end = next(i for i, line in enumerate(body) if i > start
+               and line.startswith(f"torch.ops._c10d_functional.wait_tensor.default({result})"))
+    return body[start + 1:end]
+
+
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "inorder"])
+def test_moe_dispatch_buffer_is_not_reused_before_its_wait(overlap):
+    """With overlap on, the shared expert's matmuls still run between the dispatch and its wait
+    (inductor's peak-memory reordering would move the wait up); off, nothing runs there."""
     from moe_block import MoEBlock, inputs
 
     from torch._inductor.codecache import PyCodeCache
 
     model = MoEBlock(0, 1).eval()
     before = len(PyCodeCache.modules)
-    compiled = _compile(model)
+    compiled = _compile(model, overlap)
     with torch.no_grad():
         for x in inputs(0, 3):
             assert (compiled(x) - model(x)).abs().max().item() <= ATOL
     sources = [open(m.__file__).read() for m in PyCodeCache.modules[before:]]
     calls = [s for s in sources if "torchair_dist.all_to_all_v" in s]
-    assert calls, "inductor generated no module with the dispatch"
-    for source in calls:
-        assert source.count("torch.ops.torchair_dist.all_to_all_v.default(") == 2
-        assert _lifetime_violations(source) == []
+    assert len(calls) == 1, "inductor generated no module (or several) with the dispatch"
+    source = calls[0]
+    assert source.count("torch.ops.torchair_dist.all_to_all_v.default(") == 2
+    assert _lifetime_violations(source) == []
+    overlapped = [line for line in _between_dispatch_and_wait(source)
+                  if line.startswith("extern_kernels.mm(")]
+    assert len(overlapped) == (2 if overlap else 0), _between_dispatch_and_wait(source)
 
 
 def test_lifetime_check_sees_a_reused_dispatch_buffer():

@@ -155,6 +155,11 @@ def compile_forward(ctx: GraphContext) -> Callable[[List[Any]], Any]:
         register_async_collectives(waited_ops(gm))
         patch = {} if inductor_config.post_grad_custom_pre_pass is not None else \
             {"post_grad_custom_pre_pass": _wait_check_pass(ctx.graph_name)}
+        if ctx.config.get("distributed_config.overlap_collectives"):
+            # inductor's peak-memory reordering would move each wait up to its collective
+            # (the input a collective keeps alive until its wait counts as memory): keep the
+            # overlap pass's schedule, compute between a collective and its wait
+            patch["reorder_for_peak_memory"] = False
         with inductor_config.patch(patch):
             compiled = compile_fx_inner(gm, list(ctx.example_inputs),
                                         static_input_idxs=list(ctx.static_input_indices),
