@@ -145,7 +145,7 @@ PRIVATE_APIS: Dict[str, str] = {
     "torch._inductor.custom_graph_pass": "CustomGraphPass / get_hash_for_files: that check",
     "torch._inductor.ir": "_CollectiveKernel / TensorBox: our waited collectives lowered as "
                           "inductor's collectives (input kept, output unread until the wait)",
-    "torch._inductor.lowering": "lowerings / register_lowering: those lowerings",
+    "torch._inductor.lowering": "lowerings / fallbacks / register_lowering: those lowerings",
     "torch._inductor.pattern_matcher": "register_replacement (TorchAir's API): the user's "
                                        "patterns are matched by inductor's pattern matcher",
     "torch._higher_order_ops.auto_functionalize": "the record stand-in runs auto_functionalized"

@@ -106,17 +106,20 @@ _async_lowered: List[torch._ops.OpOverload] = []  # ops this module gave an indu
 
 def register_async_collectives(ops) -> List[torch._ops.OpOverload]:
     """Give each op of ``ops`` that returns one tensor and that inductor has no lowering for
-    an inductor lowering as a collective kernel (``ir._CollectiveKernel``), so that its
+    (or only the plain fallback it makes for an unknown op) an inductor lowering as a collective kernel (``ir._CollectiveKernel``), so that its
     ``wait_tensor`` keeps its input from being written or reused until the wait and its
     output from being read before it. Returns the ops newly registered."""
     from torch._inductor import ir
-    from torch._inductor.lowering import lowerings, register_lowering
+    from torch._inductor.lowering import fallbacks, lowerings, register_lowering
 
     added = []
     for op in ops:
         returns = op._schema.returns
-        if op in lowerings or len(returns) != 1 or str(returns[0].type) != "Tensor":
+        if op in _async_lowered or len(returns) != 1 or str(returns[0].type) != "Tensor":
             continue
+        if op in lowerings and op not in fallbacks:
+            continue  # inductor's own lowering (its _c10d_functional collectives)
+        # (a fallback inductor made when an earlier compile met the op is replaced)
 
         def lower(*args, _op=op):
             return ir.TensorBox.create(ir._CollectiveKernel.create_out_of_place(_op, *args))
