@@ -414,8 +414,10 @@ def compile_for(fn, mode, dynamic, graphs, aot_ops, **config_fields):
     return torch.compile(fn, backend=recording, fullgraph=True, dynamic=dynamic)
 
 
-def run_case(rank, ws, name, mode, dynamic):
-    """On one rank: compile case ``name``, compare with eager, return what was recorded."""
+def run_case(rank, ws, name, mode, dynamic, config=None, tolerance=None):
+    """On one rank: compile case ``name``, compare with eager, return what was recorded.
+    ``config``: ``{"section.option": value}`` set on the CompilerConfig; ``tolerance``:
+    ``(rtol, atol)`` of the comparisons (default: ``assert_close``'s for the dtype)."""
     import warnings
 
     spec = CASES[name]
@@ -425,7 +427,8 @@ def run_case(rank, ws, name, mode, dynamic):
     graphs, aot_ops = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        compiled = compile_for(fn, mode, dynamic, graphs, aot_ops)
+        compiled = compile_for(fn, mode, dynamic, graphs, aot_ops, **(config or {}))
+    tol = {} if tolerance is None else dict(rtol=tolerance[0], atol=tolerance[1])
     sizes = [2, 4] if dynamic else [2]
     t0 = time.perf_counter()
     # no duck sizing: rank-dependent sizes that happen to be equal must not share a symbol
@@ -437,21 +440,21 @@ def run_case(rank, ws, name, mode, dynamic):
             eager_args, compiled_args = _clone(args), _clone(args)
             expected = ref(*eager_args)
             got = compiled(*compiled_args)
-            torch.testing.assert_close(got, expected, msg=lambda m: f"{name} n={n}: {m}")
-            torch.testing.assert_close(compiled_args, eager_args,
+            torch.testing.assert_close(got, expected, msg=lambda m: f"{name} n={n}: {m}", **tol)
+            torch.testing.assert_close(compiled_args, eager_args, **tol,
                                        msg=lambda m: f"{name} n={n} mutated inputs: {m}")
     return {"dynamo_graphs": len(graphs), "aot_ops": aot_ops,
             "seconds": time.perf_counter() - t0}
 
 
-def run_cases(rank, ws, names, mode, dynamic):
+def run_cases(rank, ws, names, mode, dynamic, config=None, tolerance=None):
     """Several cases in one call (one round trip to the ranks); ``{name: result or error}``."""
     import traceback
 
     out = {}
     for name in names:
         try:
-            out[name] = run_case(rank, ws, name, mode, dynamic)
+            out[name] = run_case(rank, ws, name, mode, dynamic, config, tolerance)
         except Exception:
             out[name] = traceback.format_exc()
     return out

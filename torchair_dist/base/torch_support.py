@@ -209,6 +209,12 @@ PRIVATE_APIS: Dict[str, str] = {
     # inductor, fake tensors, decompositions, the op registry of script objects
     "torch._inductor.compile_fx": "compile_fx_inner: inductor kernels under our pipeline",
     "torch._inductor.decomposition": "select_decomp_table: inductor's decompositions",
+    "torch._inductor.config": "post_grad_custom_pre_pass: inductor kernels' wait check (its "
+                              "uuid keys inductor's graph cache)",
+    "torch._inductor.custom_graph_pass": "CustomGraphPass / get_hash_for_files: that check",
+    "torch._inductor.ir": "_CollectiveKernel / TensorBox: our waited collectives lowered as "
+                          "inductor's collectives (input kept, output unread until the wait)",
+    "torch._inductor.lowering": "lowerings / fallbacks / register_lowering: those lowerings",
     "torch._inductor.pattern_matcher": "register_replacement (TorchAir's API): the user's "
                                        "patterns are matched by inductor's pattern matcher",
     "torch._higher_order_ops.auto_functionalize": "the record stand-in runs auto_functionalized"
@@ -282,6 +288,12 @@ def expected_on(name: str, version: Tuple[int, int]) -> bool:
 
 # What this library changes in torch's own state: (what, why, where).
 PATCHES: Tuple[Tuple[str, str, str], ...] = (
+    ("inductor lowerings registered for the torchair_dist:: ops a graph waits on "
+     "(all_to_all_v, send, recv) as ir._CollectiveKernel",
+     "as plain fallback kernels inductor reused their input buffer while the collective was "
+     "still reading it (gloo's thread); a collective kernel's wait keeps it",
+     "backends/aclgraph/inductor_kernels.py: register_async_collectives(), at the first "
+     "inductor_kernels compile of a graph that waits on one"),
     ("torch.distributed in-place collectives (all_reduce, all_gather, broadcast, send/recv, "
      "... 19 APIs) get Dynamo polyfills (substitute_in_graph)",
      "Dynamo cannot trace in-place c10d calls; the polyfills call the functional "

@@ -109,6 +109,9 @@ PROCESS_STATE = {
     "torchair_dist.backends.aclgraph.report:_reasons": RESET,
     "torchair_dist.backends.aclgraph.report:_cells": RESET,
     "torchair_dist.pipeline.route:_graph_ids": RESET,
+    "torchair_dist.backends.aclgraph.inductor_kernels:_async_lowered":
+        "the ops given an inductor lowering: inductor's lowering table lives as long as the "
+        "process",
     "torchair_dist.backends.aclgraph.capture:_CAPTURE_STREAMS":
         "one capture stream per device, as torch's own graph capture keeps one",
     "torchair_dist.collectives.consistency:_check_counts":
