@@ -21,7 +21,7 @@ endif
 NPROC ?= 2
 export TORCH_DEVICE_BACKEND_AUTOLOAD = 0
 
-.PHONY: demo test venv proto registry bench opinfo docs gpu-check npu-check
+.PHONY: lint demo test venv proto registry bench opinfo docs gpu-check npu-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -74,3 +74,7 @@ registry: $(STAMP)
 
 docs: $(STAMP)
 	$(PY) -m torchair_dist.tools.docs --write README.md
+
+# The linter (ruff, configured in pyproject.toml: pycodestyle + pyflakes, lines up to 120).
+lint: $(READY)
+	$(PY) -m ruff check torchair_dist tests benchmarks launch scripts

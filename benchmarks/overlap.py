@@ -13,7 +13,8 @@ Workloads (per rank, fp32, CPU, one intra-op thread per rank):
 Variants: ``eager``, ``overlap off`` and ``overlap on`` (mode ``npugraph_ex``, the only
 difference being ``distributed_config.overlap_collectives``). Reported: median step latency over
 ``--steps`` timed steps (after warm-up; the three variants take turns step by step so that other
-load on the machine hits them alike) on rank 0, ratios, and the first call (compile) time. gloo runs collectives on its own
+load on the machine hits them alike) on rank 0, ratios, and the first call (compile) time. gloo runs
+collectives on its own
 threads, so the overlap is real on CPU; the compiled variants keep their collectives on gloo
 (``cpu_shm_collectives=False``), as the shared-memory transport is synchronous.
 

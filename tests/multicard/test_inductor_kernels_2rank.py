@@ -7,7 +7,6 @@ tensor-parallel shared expert (``all_reduce``), compiled with ``fullgraph=True``
 inductor forward). Tolerance: compiled vs eager ``ATOL = 1e-5`` (inductor's fused C++ kernels
 round differently from aten's; 0 to ~1e-6 observed).
 """
-import pytest
 
 ATOL = 1e-5
 

@@ -10,7 +10,6 @@ because the timed-out op closed the connection. A faulted group is broken for go
 case (mode x transport) runs on its own pair of a 4-rank pool: six pairs, six distinct groups
 (a pair is not the world group, which a group of the same ranks would resolve to).
 """
-import pytest
 
 from collective_cases import compile_for
 

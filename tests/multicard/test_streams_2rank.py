@@ -1,7 +1,7 @@
 """Issue 29 on 2 ranks (and 4 in npugraph_ex): a collective on a side stream
 (``tests/stream_programs.py`` COLLECTIVE_PROGRAMS) in npugraph_ex, reduce-overhead and
-max-autotune, sizes 16 and 1024: on every rank call 0 and replays 1, 2 (new inputs each) equal the program-order result, and every
-cross-stream read of the compiled graph is ordered by an event."""
+max-autotune, sizes 16 and 1024: on every rank call 0 and replays 1, 2 (new inputs each) equal the
+program-order result, and every cross-stream read of the compiled graph is ordered by an event."""
 import os
 
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"

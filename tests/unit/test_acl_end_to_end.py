@@ -9,7 +9,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from torchair_dist import CompilerConfig, get_npu_backend
-from torchair_dist.errors import ConfigError
 
 MODES = ["npugraph_ex", "reduce-overhead"]
 

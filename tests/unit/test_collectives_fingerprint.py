@@ -1,5 +1,4 @@
 """Fingerprint, comparison, store exchange and the first-run guard, on a fake 2-rank group."""
-import datetime
 import json
 import os
 

@@ -256,7 +256,9 @@ def _collective_graph(read_early: bool) -> torch.fx.GraphModule:
 @pytest.mark.parametrize("order", ("program",) + ORDERS)
 def test_a_collective_output_read_before_its_wait_reads_poison(monkeypatch, order):
     monkeypatch.setenv(ENV, order)
-    ref = (lambda x: (x + 1,))
+    def ref(x):
+        return (x + 1,)
+
     assert _replays(_collective_graph(read_early=False), _x, ref)[1] == [0.0] * 3
     errors = _replays(_collective_graph(read_early=True), _x, ref)[1]
     if order == "program":  # program order completes it at once (today's stand-in)

@@ -6,7 +6,6 @@ import operator
 
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from test_ge_common import assert_same, convert, ge_roundtrip, ge_validate  # noqa: F401
 

@@ -130,7 +130,6 @@ def test_tensor_split_by_a_tensor_of_indices_is_refused_not_wrong(request):
     import torch._dynamo
 
     from torchair_dist import CompilerConfig, get_npu_backend
-    from torchair_dist.errors import UnsupportedOpError
 
     # config.patch, not monkeypatch: on torch 2.14 the name is an alias that a monkeypatch
     # undo deletes for every later test
@@ -164,15 +163,15 @@ def test_unsorted_segment_kernels_tf_semantics():
 def test_segment_reduce_lengths_offsets_initial_empty(reduce):
     data = torch.tensor([1.0, -2.0, 3.0, 4.0, 0.5, 6.0])
     lengths = [torch.tensor([0, 1, 2, 3]), torch.tensor([6, 0, 0, 0]), torch.tensor([2, 2, 1, 1])]
-    _check(lambda d, l: torch.segment_reduce(d, reduce, lengths=l), [(data, l) for l in lengths],
+    _check(lambda d, ln: torch.segment_reduce(d, reduce, lengths=ln), [(data, ln) for ln in lengths],
            [_SEG[reduce]])
-    _check(lambda d, l: torch.segment_reduce(d, reduce, lengths=l, initial=1.5),
-           [(data, l) for l in lengths], [_SEG[reduce]])
+    _check(lambda d, ln: torch.segment_reduce(d, reduce, lengths=ln, initial=1.5),
+           [(data, ln) for ln in lengths], [_SEG[reduce]])
     offsets = [torch.tensor([0, 2, 2, 6]), torch.tensor([1, 3, 4, 5])]
     _check(lambda d, o: torch.segment_reduce(d, reduce, offsets=o), [(data, o) for o in offsets],
            [_SEG[reduce]])
     rows = data.reshape(3, 2)
-    _check(lambda d, l: torch.segment_reduce(d, reduce, lengths=l, axis=0),
+    _check(lambda d, ln: torch.segment_reduce(d, reduce, lengths=ln, axis=0),
            [(rows, torch.tensor([1, 0, 2])), (rows, torch.tensor([3, 0, 0]))], [_SEG[reduce]])
 
 

@@ -1,5 +1,4 @@
 """Logging set-up and the determinism guard of the backend entry."""
-import logging
 import subprocess
 import sys
 import textwrap

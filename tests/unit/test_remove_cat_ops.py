@@ -64,7 +64,9 @@ def test_producers_write_into_the_cat_output_and_equal_eager(fn, make_args, writ
 
 
 def test_option_off_leaves_the_graph_as_the_previous_stage_left_it():
-    make = lambda: (torch.randn(3, 4), torch.randn(4, 5), torch.randn(2, 5), torch.randn(2, 5))
+    def make():
+        return torch.randn(3, 4), torch.randn(4, 5), torch.randn(2, 5), torch.randn(2, 5)
+
     compiled = _compile(matmul_and_add, remove_cat=False)
     with compiler.record_graphs(after="reinplace_inputs") as before, \
             compiler.record_graphs(after="remove_cat_ops") as after, \

@@ -16,7 +16,10 @@ import torchair_dist
 import torchair_dist.pipeline.route as compiler
 from torchair_dist.errors import GraphValidationError
 from torchair_dist.passes import overlap
-from torchair_dist.streams import (StreamApiError, npu_create_tagged_event, npu_record_tagged_stream, npu_stream_switch, npu_stream_wait_stream, npu_tagged_event_record, npu_tagged_event_wait, npu_wait_tensor)
+from torchair_dist.streams import (StreamApiError, npu_create_tagged_event,
+                                   npu_record_tagged_stream, npu_stream_switch,
+                                   npu_stream_wait_stream, npu_tagged_event_record,
+                                   npu_tagged_event_wait, npu_wait_tensor)
 from torchair_dist.streams import ops
 from torchair_dist.streams import api as stream_api
 from torchair_dist.streams.rewrite import rewrite_streams

@@ -1,1 +1,2 @@
-"""Ground-floor helpers: logging, environment variables, small utilities, the torch versions and private APIs this library leans on. Imports nothing above it."""
+"""Ground-floor helpers: logging, environment variables, small utilities, the torch versions and
+private APIs this library leans on. Imports nothing above it."""

@@ -60,8 +60,9 @@ Key and layout (after TorchAir)::
 
 Safety (threat model: other local users, torn writes, bit rot, stale files; a writer with our
 own uid can forge anything and is out of scope): every directory on the way must be ours
-(``lstat``: no symlink, our uid, not writable by group/others); files are opened with ``O_NOFOLLOW`` and ``fstat``-checked (our uid, mode
-exactly 0600); the entry's sha256 must equal its index record; versions must match. Any failure
+(``lstat``: no symlink, our uid, not writable by group/others); files are opened with
+``O_NOFOLLOW`` and ``fstat``-checked (our uid, mode exactly 0600); the entry's sha256 must equal
+its index record; versions must match. Any failure
 raises :class:`~torchair_dist.errors.CacheRejectedError` internally, is logged as a warning and
 the function is recompiled (and the entry rewritten when the directory is ours) — a rejected
 entry is never executed. The entry's input/output maps are range-checked against the rebuilt
@@ -93,9 +94,9 @@ import os  # noqa: F401 - part of this module's namespace before the split (test
 
 from .api import CacheCompiledFunction, cache_compile
 from .entry import LoadedEntry
-from .graph_data import (NotCacheableError, _tensor_data, graph_from_data, graph_to_data,
-                         lookup_op)
-from .keys import _versions, call_key, input_signature, model_key
+from .graph_data import (NotCacheableError, _tensor_data, graph_from_data,  # noqa: F401
+                         graph_to_data, lookup_op)
+from .keys import _versions, call_key, input_signature, model_key  # noqa: F401
 from .store import CACHE_HOME_ENV, FORMAT_VERSION, locked, read_checked, write_atomic
 
 __all__ = ["cache_compile", "CacheCompiledFunction", "LoadedEntry", "NotCacheableError",

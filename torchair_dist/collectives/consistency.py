@@ -22,7 +22,8 @@ confirmations of its peers, so no rank runs a graph whose collectives a peer ref
 published failure reaches it instead. While waiting, ranks announce what they wait for and a
 wait-for cycle between ranks (each holds collectives the next one's graph lacks there) is a
 mismatch at once (:mod:`.waits`). A rank that publishes nothing for a scope within
-``distributed_config.consistency_timeout`` seconds is named in the error. Switch: ``distributed_config.consistency_check`` (on by default).
+``distributed_config.consistency_timeout`` seconds is named in the error. Switch:
+``distributed_config.consistency_check`` (on by default).
 
 Faults: once running, a collective that fails because a peer died or stopped (gloo/NCCL/HCCL
 error or timeout, bounded by the process-group timeout) is re-raised as

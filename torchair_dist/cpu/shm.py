@@ -40,7 +40,8 @@ job's memory anyway).
 
 A wait polls the peers' sequence numbers, yielding the CPU between polls (then sleeping in
 20 us steps). While it waits for a peer, every 0.2 s it looks at that peer: one that published a
-failure (:mod:`torchair_dist.collectives.failures`) raises :class:`PeerFailedError` with its error; one whose process has
+failure (:mod:`torchair_dist.collectives.failures`) raises :class:`PeerFailedError` with its error;
+one whose process has
 exited (when this process can see it: a peer in another PID namespace is only timed out), or
 that has not arrived within the group's own timeout (what gloo would wait;
 ``TORCHAIR_DIST_SHM_TIMEOUT`` seconds overrides it), raises :class:`CollectiveFaultError` naming

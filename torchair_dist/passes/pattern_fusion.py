@@ -17,7 +17,8 @@ Guarantees: the same values up to the fused kernel's rounding. A match needs: bo
 of x's shape and dtype, a weight of shape ``[x.shape[-1]]`` and x's dtype defined before x, the
 mean over the last dim only, and every intermediate of the norm used only inside the pattern
 (x itself may have other users: they read the fused op's sum output), and every node it replaces
-on one stream (never fused across a stream boundary). Anything else is left alone. The fused op exists only in torch_npu, so the pass runs only on the NPU platform.
+on one stream (never fused across a stream boundary). Anything else is left alone. The fused op
+exists only in torch_npu, so the pass runs only on the NPU platform.
 """
 from __future__ import annotations
 

@@ -1,1 +1,3 @@
-"""The compile pipeline: the declared stages (:mod:`.stages`), the backend entry (:mod:`.entry`), the route a graph takes (:mod:`.route`), AOT wiring (:mod:`.aot`), the graph context, the decomposition table, torch patches, user patterns and dynamo_export."""
+"""The compile pipeline: the declared stages (:mod:`.stages`), the backend entry (:mod:`.entry`),
+the route a graph takes (:mod:`.route`), AOT wiring (:mod:`.aot`), the graph context, the
+decomposition table, torch patches, user patterns and dynamo_export."""

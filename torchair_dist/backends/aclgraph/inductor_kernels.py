@@ -87,7 +87,8 @@ _async_lowered: List[torch._ops.OpOverload] = []  # ops this module gave an indu
 
 def register_async_collectives(ops) -> List[torch._ops.OpOverload]:
     """Give each op of ``ops`` that returns one tensor and that inductor has no lowering for
-    (or only the plain fallback it makes for an unknown op) an inductor lowering as a collective kernel (``ir._CollectiveKernel``), so that its
+    (or only the plain fallback it makes for an unknown op) an inductor lowering as a collective
+    kernel (``ir._CollectiveKernel``), so that its
     ``wait_tensor`` keeps its input from being written or reused until the wait and its
     output from being read before it. Returns the ops newly registered."""
     from torch._inductor import ir

@@ -14,13 +14,12 @@ import datetime
 import os
 from typing import Dict, List, Optional
 
-import torch
 from google.protobuf import text_format
 
 from ...errors import ConfigPathError
 from .dtypes import torch_dtype
 from .fx2ge import ConvertedGraph
-from .proto import DataType, ModelDef, OpDef, TensorDescriptor
+from .proto import DataType, OpDef, TensorDescriptor
 from .decode import decode_attr, decode_tensor
 
 DUMP_TYPES = ("txt", "pbtxt", "py")

@@ -240,4 +240,5 @@ def refusal_reason(target: Any) -> str:
     return "no GE converter and no PyTorch decomposition into converted ops"
 
 
-__all__ = ["refusal_reason", "REFUSALS", "decompose_unconverted", "drop_asserts", "decomposition_table", "STATS", "ASSERTS"]
+__all__ = ["refusal_reason", "REFUSALS", "decompose_unconverted", "drop_asserts", "decomposition_table",
+           "STATS", "ASSERTS"]

@@ -12,7 +12,8 @@ private annotations and are not checked; any other attribute the IR does not dec
 
 The registry file is ``$TORCHAIR_DIST_GE_REGISTRY`` if set, else ``<repo>/../shared/
 ge_op_registry.json`` relative to this package when that exists, else the bundled
-``ge_op_registry_subset.json`` (the IR of every op this backend emits; see registry_subset.py). The four framework ops GE defines outside the
+``ge_op_registry_subset.json`` (the IR of every op this backend emits; see registry_subset.py). The
+four framework ops GE defines outside the
 operator library (``Data``, ``Const``, ``NetOutput``, ``Cast``) are not in that file (``RefData`` is, with a
 required ``x`` GE feeds itself, like Data's) and are
 declared in :data:`BUILTIN_OPS` below.

@@ -4,7 +4,6 @@ Transposed convolutions produce ``input_size`` (checked) from torch's (C_in, C_o
 filter layout, with the forward convolution's ``pads`` and ``output_padding``."""
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 from .kernels import kernel

@@ -2,7 +2,8 @@
 for the ``prims`` ops PyTorch's reference decompositions (``torch._refs``) produce.
 
 Every op is computed in the output dtype when the GE op's IR accepts it, else in float32 and
-cast back (:meth:`~.context.ConvertContext.work_dtype`: the carrier table of :mod:`.context`), so float16/bfloat16/int inputs stay valid against the
+cast back (:meth:`~.context.ConvertContext.work_dtype`: the carrier table of :mod:`.context`), so
+float16/bfloat16/int inputs stay valid against the
 registry. A ``prims`` op has exactly one overload and takes operands already promoted and
 broadcast (the refs did that), so it maps onto the same GE op as its aten twin.
 """

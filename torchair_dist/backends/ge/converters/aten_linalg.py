@@ -174,7 +174,7 @@ def _triangular_solve(cx, b, a, upper=True, transpose=False, unitriangular=False
     if unitriangular:
         raise UnsupportedOpError(f"%{cx.node.name}: triangular_solve(unitriangular=True) has no "
                                  "GE lowering (MatrixTriangularSolve reads the diagonal)")
-    (xdt, xshape), (adt, ashape) = cx.out(0), cx.out(1)
+    (xdt, xshape), (adt, _) = cx.out(0), cx.out(1)
     a_w, b_w = _work(cx, a), _work(cx, b)
     x = _tri_solve(cx, a_w, b_w, not upper, bool(transpose), xshape)
     copy = cx.emit1("Identity", [("x", a)], None, (a.dtype, a.shape))

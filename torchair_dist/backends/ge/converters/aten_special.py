@@ -167,7 +167,7 @@ def _spherical_j0(cx, x):
 
 @register([prims.frexp.default, aten.frexp.Tensor], EMITS + ("Pow",))
 def _frexp(cx, x):
-    (mdt, shape), (edt, _) = cx.out(0), cx.out(1)
+    (mdt, _), (edt, _) = cx.out(0), cx.out(1)
     e, v, _ = _work(cx, x)
     a = e.abs(v)
     special = e.or_(e.or_(e.equal(a, 0.0), e.isinf(a)), e.isnan(a))

@@ -3,7 +3,8 @@ in the collectives' spec table; :func:`register_collective` reads it).
 
 The ``group`` attribute is :func:`~torchair_dist.collectives.groups.ge_group_attr`: the HCCL
 communicator name on Ascend, else the stable group name (``tag=<tag>;ranks=<r0>,<r1>,...``),
-identical on every rank, which the reference runtime resolves back to a live process group. Counts and displacements of ``HcomAllToAllV`` are in elements.
+identical on every rank, which the reference runtime resolves back to a live process group. Counts
+and displacements of ``HcomAllToAllV`` are in elements.
 """
 from __future__ import annotations
 
