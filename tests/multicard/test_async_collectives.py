@@ -88,6 +88,7 @@ def _combo(rank, world, config, tolerance):
             "moe": moe_diffs(rank, world, config)}
 
 
+@pytest.mark.timeout(660)  # an inductor combination compiles 15 graphs per rank (> 300 s loaded)
 @pytest.mark.parametrize("transport,inductor,overlap", COMBOS,
                          ids=[f"{t}-{'inductor' if i else 'aten'}-{'overlap' if o else 'inorder'}"
                               for t, i, o in COMBOS])
