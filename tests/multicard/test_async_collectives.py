@@ -11,7 +11,8 @@ with each of the 8 combinations of
 * ``experimental_config.inductor_kernels`` off / on;
 * ``distributed_config.overlap_collectives`` on / off;
 
-and every rank's outputs (and mutated inputs) are compared with eager: exactly without
+and every rank's outputs (and mutated inputs) are compared with eager (with inductor kernels: the
+MoE block only, see ``_combo``): exactly without
 inductor kernels (the same ops in the same order); with them within ``INDUCTOR_TOL`` (rtol,
 atol) = (1.3e-6, 1e-5), torch's float32 default (inductor's fused C++ kernels round
 differently). The MoE block runs 3 calls on different inputs, each compared. One spawned
@@ -83,8 +84,12 @@ def moe_diffs(rank, world, config, calls=3):
 
 
 def _combo(rank, world, config, tolerance):
-    return {"cases": run_cases(rank, world, sorted(CASES), "npugraph_ex", False, config,
-                               tolerance),
+    # with inductor kernels only the MoE block (the asynchronous all_to_all_v whose buffers
+    # inductor used to reuse before the wait): compiling every case through inductor takes
+    # minutes per combination on 2 cores; tests/unit/test_async_collective_buffers.py checks
+    # the generated code of the same pattern
+    names = [] if config["experimental_config.inductor_kernels"] else sorted(CASES)
+    return {"cases": run_cases(rank, world, names, "npugraph_ex", False, config, tolerance),
             "moe": moe_diffs(rank, world, config)}
 
 
@@ -97,7 +102,7 @@ def test_collectives_equal_eager(ranks2, transport, inductor, overlap):
     per_rank = ranks2.run(_combo, _config(transport, inductor, overlap), tolerance,
                           timeout=600)
     problems = []
-    for name in sorted(CASES):
+    for name in sorted(per_rank[0]["cases"]):
         problems += check_recorded(name, [r["cases"][name] for r in per_rank], 2)
     for rank, r in enumerate(per_rank):
         if max(r["moe"]) > tolerance[1]:
@@ -106,10 +111,10 @@ def test_collectives_equal_eager(ranks2, transport, inductor, overlap):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "inorder"])
-def test_moe_block_four_ranks_gloo_inductor(ranks4, overlap):
-    """The MoE block on 4 ranks (8 experts), gloo, inductor kernels: every rank, 3 calls."""
-    config = _config("gloo", True, overlap)
+def test_moe_block_four_ranks_gloo_inductor(ranks4):
+    """The MoE block on 4 ranks (8 experts), gloo, inductor kernels, overlap: every rank, 3
+    calls."""
+    config = _config("gloo", True, True)
     per_rank = ranks4.run(moe_diffs, config, timeout=600)
     for rank, diffs in enumerate(per_rank):
         assert max(diffs) <= INDUCTOR_TOL[1], f"rank {rank}: {diffs}"
