@@ -198,6 +198,9 @@ def unordered_edges(graph: torch.fx.Graph) -> List[str]:
         if i is None:
             continue
         item[node] = i
+        if node.op == "call_function" and _name(node.target) is not None:
+            continue  # a stream op's tensors are ordering tokens (wait_tensor's dependency, a
+            #           record_stream's tensor), not data it reads: it IS the ordering
         for arg in _reads(node):
             src = _source(arg)
             p = item.get(src)
