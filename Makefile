@@ -38,8 +38,10 @@ demo: $(STAMP)
 	  --master-port $$($(PY) -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') \
 	  launch/demo.py $(ARGS)
 
+# TESTS: which test directories (default: all of them)
+TESTS ?= tests
 test: $(READY)
-	$(FROM_TREE) $(PY) -m pytest -q -n 2 --dist loadfile --timeout 600 tests
+	$(FROM_TREE) $(PY) -m pytest -q -n 2 --dist loadfile --timeout 600 $(TESTS)
 
 # PyTorch's OpInfo suite through every mode and dtype (benchmarks/opinfo_sweep.py, ~10 min):
 # fails on any wrong result or error. OPINFO_ARGS="--write-readme README.md" regenerates the
