@@ -73,8 +73,9 @@ def _between_dispatch_and_wait(source: str):
 
 @pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "inorder"])
 def test_moe_dispatch_buffer_is_not_reused_before_its_wait(overlap):
-    """With overlap on, the shared expert's matmuls still run between the dispatch and its wait
-    (inductor's peak-memory reordering would move the wait up); off, nothing runs there."""
+    """No buffer the dispatch owns is reused, written or read before its wait; with overlap on,
+    the shared expert's matmuls still run between the dispatch and its wait (inductor's
+    peak-memory reordering would move the wait up)."""
     from moe_block import MoEBlock, inputs
 
     from torch._inductor.codecache import PyCodeCache
@@ -93,7 +94,8 @@ def test_moe_dispatch_buffer_is_not_reused_before_its_wait(overlap):
     assert _lifetime_violations(source) == []
     overlapped = [line for line in _between_dispatch_and_wait(source)
                   if line.startswith("extern_kernels.mm(")]
-    assert len(overlapped) == (2 if overlap else 0), _between_dispatch_and_wait(source)
+    if overlap:  # without overlap the order is inductor's own (torch 2.14 moves one matmul up)
+        assert len(overlapped) == 2, _between_dispatch_and_wait(source)
 
 
 def test_lifetime_check_sees_a_reused_dispatch_buffer():
