@@ -5,6 +5,8 @@ of several lengths (one compile, the symbolic sizes read at run time)."""
 import pytest
 import torch
 
+from torchair_dist.base.torch_support import torch_at_least
+
 import torchair_dist as ta
 
 
@@ -50,6 +52,9 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_data_dependent_ops_with_dynamic_shapes_equal_eager(name):
     fn, inputs = CASES[name]
+    if name == "bincount_weights" and not torch_at_least(2, 13):
+        # torch 2.11's fake bincount traces float weights as int64: refused by name (test_ge_dynamic_shapes)
+        pytest.skip("torch < 2.13 traces a float-weighted bincount as int64; max-autotune refuses it")
     compiled = torch.compile(fn, backend=ta.get_npu_backend(compiler_config=ta.CompilerConfig()),
                              dynamic=True, fullgraph=True)
     for args in inputs:
