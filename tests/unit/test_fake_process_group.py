@@ -79,6 +79,12 @@ def test_a_store_that_cannot_carry_keys_is_named(tmp_path, caplog):
 
 def _keyless_store_named(caplog):
     store = FakeStore()
+    try:
+        store.set("torchair_dist/probe", "1")
+    except Exception:
+        pass
+    else:  # this torch's FakeStore carries keys (2.14): the group type still steps aside
+        pytest.skip("this torch's FakeStore carries keys")
     reasons = {failures.no_peers_reason(store=store) for _ in range(3)}
     assert len(reasons) == 1
     (reason,) = reasons

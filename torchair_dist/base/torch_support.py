@@ -247,6 +247,9 @@ PRIVATE_APIS: Dict[str, str] = {
 # above): name -> (first version holding it, first version without it), None = open end.
 # tests/unit/test_torch_compat.py checks each resolves exactly where this says (observed on
 # 2.11.0 and 2.13.0).
+# Names whose presence on 2.14.1 depends on which torch modules were imported first (a config
+# entry registered on import): used behind a hasattr helper, not checked against the table.
+IMPORT_DEPENDENT = frozenset({"torch._dynamo.config.enable_p2p_compilation"})
 VERSIONED_APIS: Dict[str, Tuple[Optional[Tuple[int, int]], Optional[Tuple[int, int]]]] = {
     "torch._dynamo.config.enable_p2p_compilation": ((2, 13), None),
     "torch._functorch._aot_autograd.runtime_wrappers.mark_dynamo_propagated_dynamic_indices":
