@@ -5,8 +5,9 @@ Hand-built graphs of the ``torchair_dist_streams`` ops run on the record stand-i
 ``TORCHAIR_DIST_CPU_STREAM_ORDER``: a side producer read on the main stream without an event is
 wrong under some orders and named by the check; with the event it is right under every order.
 A freed block reused while another stream still reads it, and a collective's output read before
-its wait, read poison. Then the issue's programs, compiled: on a rewrite that leaves a
-side -> main data edge without an event they are wrong (strict xfail until the events land).
+its wait, read poison. Then the issue's programs, compiled: right under every order (on a
+rewrite that left a side -> main data edge without an event, replays were wrong under late and
+random orders: side_reads_main, side_matmul, two_side_streams; side_reads_main_unwaited always).
 """
 import pytest
 import torch
@@ -335,23 +336,12 @@ def two_side_streams(x, w):
 PROGRAMS = {f.__name__: f for f in (side_reads_main, side_matmul, side_output,
                                     side_reads_main_unwaited, two_side_streams)}
 
-# (program, order) pairs that were wrong on a rewrite which left a cross-stream data edge without
-# an event (main's before issue 29): side_reads_main, side_matmul and two_side_streams under late
-# and random:1-3, side_reads_main_unwaited under every order. Strict xfail for a pair listed here;
-# empty since every cross-stream edge gets its event (streams/ordering.py).
-_RANDOM = ("random:1", "random:2", "random:3")
-NEEDS_EVENTS: set = set()
-
 
 def _cases():
     for mode in ("npugraph_ex", "max-autotune"):
         for name in PROGRAMS:
             for order in ("program",) + ORDERS:
-                marks = ()
-                if mode == "npugraph_ex" and (name, order) in NEEDS_EVENTS:
-                    marks = pytest.mark.xfail(strict=True, reason="needs an event for every "
-                                              "cross-stream data edge (streams-core)")
-                yield pytest.param(mode, name, order, marks=marks, id=f"{mode}-{name}-{order}")
+                yield pytest.param(mode, name, order, id=f"{mode}-{name}-{order}")
 
 
 @pytest.mark.parametrize("mode, name, order", list(_cases()))
