@@ -161,7 +161,7 @@ def test_named_backend_entry_point():
 
 def test_dispatch_table_and_unknown_mode():
     from torchair_dist.backends import aclgraph
-    from torchair_dist.pipeline.graph_context import Backend
+    from torchair_dist.base.graph_context import Backend
 
     assert MODE_BACKENDS["npugraph_ex"] == MODE_BACKENDS["reduce-overhead"]
     backend = backend_for_mode("npugraph_ex")

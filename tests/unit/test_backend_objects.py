@@ -7,7 +7,7 @@ import torch.nn as nn
 
 import torchair_dist
 from torchair_dist.pipeline import route as compiler, stages as pipeline
-from torchair_dist.pipeline.graph_context import Backend, GraphContext
+from torchair_dist.base.graph_context import Backend, GraphContext
 
 
 class Net(nn.Module):

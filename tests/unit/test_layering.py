@@ -31,8 +31,7 @@ LEVELS = {
     "torchair_dist._version": 0, "torchair_dist.errors": 0, "torchair_dist.base": 0,
     "torchair_dist.base.": 0, "torchair_dist.configs.": 0, "torchair_dist.platform.": 0,
     "torchair_dist.pipeline": 0,  # the pipeline package's __init__: a docstring only
-    "torchair_dist.pipeline.graph_context": 0, "torchair_dist.tools": 0,
-    "torchair_dist.tools.dumps": 0, "torchair_dist.compat": 0,
+    "torchair_dist.tools": 0, "torchair_dist.compat": 0,
     "torchair_dist.collectives.": 1, "torchair_dist.streams.": 1,
     "torchair_dist.passes.": 2, "torchair_dist.pipeline.torch_patches": 2,
     "torchair_dist.pipeline.decomposition_table": 2, "torchair_dist.pipeline.user_patterns": 2,

@@ -264,7 +264,7 @@ def test_backends_start_no_step_themselves():
     """A backend's compile hands its build to the row's runner; outside the route (no runner)
     it refuses, naming why."""
     from torchair_dist.backends import aclgraph, ge
-    from torchair_dist.pipeline.graph_context import GraphContext
+    from torchair_dist.base.graph_context import GraphContext
 
     gm = torch.fx.symbolic_trace(lambda t: t + 1)
     ctx = GraphContext(gm=gm, example_inputs=[torch.ones(2)], config=CompilerConfig(),

@@ -44,7 +44,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import CollectiveFaultError, CollectiveMismatchError, TorchairDistError
-from ..pipeline.graph_context import GraphContext
+from ..base.graph_context import GraphContext
 from ..base.util import op_name, source_line
 from . import failures, groups, spec
 from . import waits as _waits

@@ -15,8 +15,8 @@ import torch
 
 from . import stages as pipeline
 from ..configs import CompilerConfig
-from ..tools.dumps import dumps_original_graph
-from .graph_context import Backend, GraphContext, current_rank_and_world, eager_runner
+from ..base.dumps import dumps_original_graph
+from ..base.graph_context import Backend, GraphContext, current_rank_and_world, eager_runner
 from ..errors import BackendUnavailableError
 from ..passes.graph_info import mutated_input_indices
 from ..base.util import on_dynamo_reset

@@ -200,7 +200,7 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "write a csv of the graph's ops and their GE support; with skip_compile, run eagerly",
           gate="debug.fx_summary.type", runs_when=_is_set,
           reads=("debug.fx_summary.skip_compile",)),
-    Stage("data_dump", "torchair_dist.tools.dumps:data_dump_stage", "route",
+    Stage("data_dump", "torchair_dist.base.dumps:data_dump_stage", "route",
           "instead of the backend: run node by node and save every node's outputs; of the "
           "graph before the passes with data_dump_stage='original'",
           gate="debug.data_dump.type", runs_when=_is_set,

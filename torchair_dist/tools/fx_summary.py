@@ -17,7 +17,7 @@ from typing import Any, Dict, List
 import torch
 import torch.fx
 
-from .dumps import dump_file_name
+from ..base.dumps import dump_file_name
 
 log = logging.getLogger("torchair_dist")
 
@@ -74,7 +74,7 @@ def summary_stage(ctx):
     write_summary(ctx.gm, ctx.graph_name, ctx.rank)
     cfg = ctx.config
     if cfg.get("debug.fx_summary.skip_compile") and cfg.get("debug.data_dump.type") is None:
-        from ..pipeline.graph_context import eager_runner
+        from ..base.graph_context import eager_runner
 
         return eager_runner(ctx.gm)
     return ctx

@@ -1,6 +1,6 @@
 """ACL-graph backend (modes ``npugraph_ex`` and ``reduce-overhead``).
 
-``BACKEND`` (a :class:`~torchair_dist.pipeline.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
+``BACKEND`` (a :class:`~torchair_dist.base.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
 names for both modes. Its ``compile(ctx)`` runs the row's backend steps (:mod:`.compile`): a
 forward generated from the FX graph, or with ``experimental_config.inductor_kernels`` one
 inductor compiles (:mod:`.inductor_kernels`). With a device graph class

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Tuple
 import torch
 
 from ... import platform as _platform
-from ...tools.dumps import dump_fx_graph
+from ...base.dumps import dump_fx_graph
 from ...platform import stand_ins
 from ...platform.interfaces import CaptureFactory, CollectiveTransport
 from ..context import GraphContext

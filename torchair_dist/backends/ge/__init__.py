@@ -1,6 +1,6 @@
 """The GE backend (``max-autotune``): FX (AOT aten) graph -> GE IR -> a GE runtime.
 
-``BACKEND`` (a :class:`~torchair_dist.pipeline.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
+``BACKEND`` (a :class:`~torchair_dist.base.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
 names; its ``compile(ctx)`` runs the mode row's backend steps on a :class:`GeBuild`, and a cache
 entry is loaded by converting the rebuilt graph again. The steps (each ``build -> build``, run by
 the pipeline in the row's order when their gate and platforms allow): :func:`convert_step`

@@ -10,7 +10,7 @@ from typing import Any, Callable, List, Sequence
 
 import torch
 
-from ..base.util import current_rank_and_world  # noqa: F401 - re-exported
+from .util import current_rank_and_world  # noqa: F401 - re-exported
 
 
 @dataclasses.dataclass
