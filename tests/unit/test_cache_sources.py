@@ -82,3 +82,54 @@ def test_a_path_tensor_of_another_shape_recompiles(tmp_path):
         assert isinstance(again.rejections[-1], sources.SourceChanged)
     finally:
         STATE.scale = saved
+
+
+class _Holder:
+    def plain(self, a, b=None, *rest, kw=None, **extra):
+        pass
+
+    def posonly(self, a, /, b):
+        pass
+
+
+@pytest.mark.parametrize("method_name, name, args, kwargs", [
+    ("plain", "a", (1,), {}), ("plain", "a", (), {"a": 2}), ("plain", "b", (1, 3), {}),
+    ("plain", "b", (1,), {"b": 4}), ("plain", "b", (1,), {}), ("plain", "kw", (1,), {"kw": 5}),
+    ("plain", "rest", (1, 2, 3, 4), {}), ("plain", "a", (1,), {"a": 9}),
+    ("posonly", "a", (6, 7), {}), ("posonly", "b", (6,), {"b": 8}), ("posonly", "a", (), {"a": 1}),
+])
+def test_the_argument_accessor_reads_what_a_full_bind_reads(method_name, name, args, kwargs):
+    """The per-entry accessor takes a plain argument by position or keyword without binding the
+    signature; every other case (defaulted, keyword-only, *args, a bad call) gives what
+    ``inspect.signature(...).bind`` gives, the error included."""
+    import inspect
+
+    method = getattr(_Holder(), method_name)
+    try:
+        want = inspect.signature(method).bind(*args, **kwargs).arguments[name]
+    except Exception as exc:  # noqa: BLE001
+        want = type(exc)
+    try:
+        got = sources.accessor([["arg", name]], method)(args, kwargs)
+    except Exception as exc:  # noqa: BLE001
+        got = type(exc)
+    assert got == want
+
+
+def test_a_getter_resolves_the_path_once_per_entry(monkeypatch):
+    """The signature is read when the getter is made, never at a call (the hot path)."""
+    import inspect
+
+    holder = _Holder()
+    t = torch.ones(2)
+    get = sources.make_getter([["arg", "a"], ["item", 0]], sources.tensor_meta(t),
+                              holder.plain, True)
+
+    def no_signature(*a, **k):
+        raise AssertionError("signature read at call time")
+
+    monkeypatch.setattr(inspect, "signature", no_signature)
+    for _ in range(3):
+        assert get(([t],), {}) is t
+    with pytest.raises(sources.SourceChanged, match="arg:a\\[0\\] is now"):
+        get(([torch.ones(3)],), {})

@@ -114,22 +114,64 @@ def check_path(path) -> bool:
 
 def resolve(path, method, args=(), kwargs=None) -> Any:
     """Walk ``path`` from ``method``'s module, globals, closure or the call's arguments."""
-    kind = path[0][0]
-    func = method.__func__
+    return accessor(path, method)(args, kwargs)
+
+
+def accessor(path, method) -> Callable:
+    """``(args, kwargs) -> object``: ``path`` walked from ``method``, with everything that does
+    not depend on the call (the signature, the closure cell, the steps) worked out once."""
+    kind, func = path[0][0], method.__func__
     if kind == "self":
-        obj = method.__self__
+        owner = method.__self__
+        root = lambda args, kwargs: owner  # noqa: E731
     elif kind == "arg":
-        obj = inspect.signature(method).bind(*args, **(kwargs or {})).arguments[path[0][1]]
+        root = _arg_reader(method, path[0][1])
     elif kind == "closure":
         cell = func.__closure__[func.__code__.co_freevars.index(path[0][1])]
-        obj = cell.cell_contents
+        root = lambda args, kwargs: cell.cell_contents  # noqa: E731
     elif kind == "global":
-        obj = func.__globals__[path[0][1]]
+        namespace, name = func.__globals__, path[0][1]
+        root = lambda args, kwargs: namespace[name]  # noqa: E731
     else:  # only a module this process has imported: an entry never makes us import one
-        obj = sys.modules[path[0][1]]
-    for kind, key in path[1:]:
-        obj = getattr(obj, key) if kind == "attr" else obj[key]
-    return obj
+        name = path[0][1]
+        root = lambda args, kwargs: sys.modules[name]  # noqa: E731
+    steps = tuple((kind == "attr", key) for kind, key in path[1:])
+
+    def walk(args=(), kwargs=None):
+        obj = root(args, kwargs)
+        for is_attr, key in steps:
+            obj = getattr(obj, key) if is_attr else obj[key]
+        return obj
+
+    return walk
+
+
+def _arg_reader(method, name: str) -> Callable:
+    """The argument ``name`` of a call of ``method``: taken by position or keyword directly when
+    the parameter is a plain one, else (``*args``, keyword-only, ...) through a full bind."""
+    sig = inspect.signature(method)
+    params = list(sig.parameters.values())
+    plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.POSITIONAL_ONLY)
+    index = next((i for i, p in enumerate(params) if p.name == name), None)
+    by_keyword = index is not None and params[index].kind != inspect.Parameter.POSITIONAL_ONLY
+
+    def bound(args, kwargs):
+        return sig.bind(*args, **(kwargs or {})).arguments[name]
+
+    if index is None or params[index].kind not in plain or \
+            any(p.kind not in plain for p in params[:index]):
+        return bound
+
+    def read(args, kwargs):
+        if index < len(args):
+            if kwargs and name in kwargs:
+                return bound(args, kwargs)  # bind raises the TypeError the call would
+            return args[index]
+        if kwargs and by_keyword and name in kwargs:
+            return kwargs[name]
+        return bound(args, kwargs)  # missing or defaulted: as before, the bind decides
+
+    return read
 
 
 def tensor_meta(t: torch.Tensor) -> list:
@@ -158,10 +200,17 @@ def make_getter(path, meta, method, needs_call: bool) -> Callable:
     dtype = getattr(torch, meta[0])
     shape, stride, device = torch.Size(meta[1]), tuple(meta[2]), torch.device(meta[3])
     where = path_text(path)
+    try:
+        walk = accessor(path, method)
+    except Exception as exc:  # noqa: BLE001 - e.g. the closure lost the variable: every call fails
+        problem = f"{type(exc).__name__}: {exc}"
+
+        def walk(args=(), kwargs=None):
+            raise LookupError(problem)
 
     def get(args=(), kwargs=None):
         try:
-            t = resolve(path, method, args, kwargs)
+            t = walk(args, kwargs)
         except Exception as exc:  # noqa: BLE001 - the code would fail here too; recompile
             raise SourceChanged(f"{where} does not resolve: {type(exc).__name__}: {exc}") \
                 from None
