@@ -15,8 +15,8 @@ Checks (each PASS / FAIL / SKIP with a reason):
   every call), input mutation (and recapture when the mutated input moves), outputs kept across
   another shape's replay (shared pool), recapture past the capture limit, streams and events
   (a user event recorded inside the compiled region and waited on outside);
-* the stream programs of the streams issue (``tests/stream_programs.py`` when the checkout has
-  it, else two programs of this script) on the device's real streams, three calls each;
+* the stream programs of the streams issue (``tests/stream_programs.py``, the ones the unit tests
+  run) on the device's real streams, three calls each;
 * collectives inside a capture on a world-size-1 process group (NCCL / HCCL): all_reduce,
   all_gather_into_tensor and barrier, captured (not skipped) and replayed; then the same on one
   rank per device (up to 4) when the machine has two or more (the dry run: 2 gloo ranks);
@@ -385,49 +385,14 @@ def make_decode_check(mode: str, tokens: int):
 
 
 # -- stream programs ---------------------------------------------------------------------------
-def _own_stream_programs():
-    """Two stream programs for a checkout without ``tests/stream_programs.py``: as
-    ``stream_programs.PROGRAMS`` entries (name, build(device), inputs(size, device, seed))."""
-    import types
-
-    from torchair_dist import npu_stream_switch, npu_wait_tensor
-
-    def side_matmul(x, w):
-        h = x @ w
-        with npu_stream_switch("side"):
-            npu_wait_tensor(x, h)
-            y = torch.relu(h @ w) * 2
-        return h + y
-
-    def two_side_streams(x, w):
-        h = x @ w
-        with npu_stream_switch("side_a"):
-            npu_wait_tensor(x, h)
-            a = torch.relu(h) * 2
-        with npu_stream_switch("side_b"):
-            npu_wait_tensor(x, a)
-            b = a @ w + 1
-        return h + b
-
-    def inputs(size, device="cpu", seed=0):
-        gen = torch.Generator().manual_seed(seed)
-        return (torch.randn(size, size, generator=gen).to(device),
-                (torch.randn(size, size, generator=gen) * size ** -0.5).to(device))
-
-    def program(fn):
-        return types.SimpleNamespace(
-            name=fn.__name__, build=lambda d: [fn], inputs=inputs, races=False,
-            call=lambda parts, *a: parts[0](*a), reference=lambda d, *a: fn(*a))
-
-    return {fn.__name__: program(fn) for fn in (side_matmul, two_side_streams)}
-
-
 def stream_programs():
     """(source, {name: program}): the streams issue's programs from this checkout's
-    ``tests/stream_programs.py`` when present, else this script's own two."""
+    ``tests/stream_programs.py`` (the check runs from a source checkout, as ``make gpu-check``
+    and the device tool run it)."""
     path = os.path.join(ROOT, "tests", "stream_programs.py")
     if not os.path.exists(path):
-        return "device_check's own", _own_stream_programs()
+        raise SystemExit(f"device_check: {path} is missing: run the check from a source checkout "
+                         "of torchair_dist (tests/ included)")
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("torchair_dist_stream_programs", path)

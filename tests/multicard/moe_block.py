@@ -10,59 +10,32 @@ With the default sizes the dispatch buffer (``experts * capacity`` rows) has the
 shared expert's activations (``tokens`` rows): the buffer is dead for inductor's memory planner
 as soon as the dispatch is issued, and a same-shaped buffer is wanted right then, so the
 planner reuses it unless it knows the collective still reads it.
+
+The block is ``benchmarks/workloads.py``'s (one MoE in the project), sized here: capacity factor
+1.0, a shared expert of ``SHARED_FFN`` per rank.
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import torch
-import torch.distributed as dist
-import torch.nn as nn
-import torch.nn.functional as F
+
+_BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                      "benchmarks")
+if _BENCH not in sys.path:
+    sys.path.insert(0, _BENCH)
+from workloads import MoEBlock as _BenchMoE  # noqa: E402
 
 TOKENS, HIDDEN, FFN, SHARED_FFN, EXPERTS_PER_RANK = 256, 512, 256, 512, 2
 
 
-class MoEBlock(nn.Module):
+class MoEBlock(_BenchMoE):
     def __init__(self, rank: int, world: int, seed: int = 0, tokens: int = TOKENS,
                  hidden: int = HIDDEN):
-        super().__init__()
-        g = torch.Generator().manual_seed(seed)
-        self.world, self.local = world, EXPERTS_PER_RANK
-        self.n_exp = EXPERTS_PER_RANK * world
-        self.capacity = tokens // self.n_exp
-
-        def r(*shape):
-            return torch.randn(*shape, generator=g) / shape[-2] ** 0.5
-
-        self.register_buffer("gate", r(hidden, self.n_exp))
-        mine = slice(rank * self.local, (rank + 1) * self.local)
-        self.register_buffer("w1", r(self.n_exp, hidden, FFN)[mine].clone())
-        self.register_buffer("w2", r(self.n_exp, FFN, hidden)[mine].clone())
-        s1, s2 = r(hidden, SHARED_FFN * world), r(SHARED_FFN * world, hidden)
-        self.register_buffer("s1", s1.chunk(world, 1)[rank].contiguous())
-        self.register_buffer("s2", s2.chunk(world, 0)[rank].contiguous())
-
-    def forward(self, x):
-        probs = torch.softmax(x @ self.gate, -1)
-        expert = probs.argmax(-1)
-        weight = probs.gather(-1, expert[:, None]).squeeze(-1)
-        onehot = (expert[:, None] == torch.arange(self.n_exp)).to(x.dtype)
-        position = ((onehot.cumsum(0) - 1) * onehot).sum(-1)     # arrival order per expert
-        keep = (position < self.capacity).to(x.dtype)            # over capacity: dropped
-        slot = expert * self.capacity + position.clamp(max=self.capacity - 1).to(expert.dtype)
-        buf = x.new_zeros(self.n_exp * self.capacity, x.shape[-1])
-        buf.index_add_(0, slot, x * keep[:, None])
-        recv = torch.empty_like(buf)
-        dist.all_to_all_single(recv, buf)                        # dispatch
-        shared = F.silu(x @ self.s1) @ self.s2                   # shared expert (TP)
-        dist.all_reduce(shared)
-        h = recv.view(self.world, self.local, self.capacity, -1).transpose(0, 1)
-        h = h.reshape(self.local, self.world * self.capacity, -1)
-        h = torch.bmm(F.silu(torch.bmm(h, self.w1)), self.w2)
-        h = h.reshape(self.local, self.world, self.capacity, -1).transpose(0, 1)
-        h = h.reshape(buf.shape)
-        back = torch.empty_like(h)
-        dist.all_to_all_single(back, h)                          # combine
-        return back[slot] * (keep * weight)[:, None] + shared
+        super().__init__(rank, world, tokens=tokens, hidden=hidden, ffn=FFN,
+                         shared_ffn=SHARED_FFN * world, experts_per_rank=EXPERTS_PER_RANK,
+                         capacity_factor=1.0, seed=seed)
 
 
 def inputs(rank: int, calls: int, tokens: int = TOKENS, hidden: int = HIDDEN):

@@ -91,15 +91,13 @@ def test_stream_programs_run_compiled_and_every_call_is_compared(device_check, c
     assert "2 replays" in out
 
 
-def test_without_the_programs_file_the_scripts_own_programs_run(device_check, monkeypatch,
-                                                                tmp_path):
+def test_without_the_programs_file_the_check_stops_naming_it(device_check, monkeypatch,
+                                                              tmp_path):
+    """The stream programs are tests/stream_programs.py's (no second copy in the script): a tree
+    without it stops the check with the file's name, instead of running other programs."""
     monkeypatch.setattr(device_check, "ROOT", str(tmp_path))
-    source, programs = device_check.stream_programs()
-    assert source == "device_check's own" and len(programs) == 2
-    monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "record")
-    for program in programs.values():
-        detail = device_check.make_stream_program_check(program)(torch.device("cpu"))
-        assert "3 calls (2 replays)" in detail
+    with pytest.raises(SystemExit, match="stream_programs.py is missing"):
+        device_check.stream_programs()
 
 
 def test_a_replay_that_differs_fails_the_stream_check(device_check, monkeypatch):

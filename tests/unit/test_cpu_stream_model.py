@@ -9,6 +9,9 @@ its wait, read poison. Then the issue's programs, compiled: right under every or
 rewrite that left a side -> main data edge without an event, replays were wrong under late and
 random orders: side_reads_main, side_matmul, two_side_streams; side_reads_main_unwaited always).
 """
+import os
+import sys
+
 import pytest
 import torch
 import torch.fx
@@ -18,9 +21,12 @@ from torchair_dist.base.envvars import env_stream_order
 from torchair_dist.cpu import concurrency
 from torchair_dist.cpu.record import RecordGraph
 from torchair_dist.errors import ConfigError, GraphValidationError
-from torchair_dist.streams import npu_stream_switch, npu_wait_tensor
+from torchair_dist.streams import npu_stream_switch
 from torchair_dist.streams import happens_before as hb
 from torchair_dist.streams.stream_ops import ops as st
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from stream_programs import side_matmul, side_output, side_reads_main, two_side_streams  # noqa: E402,E501
 
 ENV = "TORCHAIR_DIST_CPU_STREAM_ORDER"
 ORDERS = ("early", "late", "random:1", "random:2", "random:3")
@@ -290,47 +296,12 @@ def test_an_in_place_collective_read_after_its_wait_is_right(monkeypatch, order)
     assert errors == [0.0] * 3
 
 
-# -- the issue's programs, compiled -----------------------------------------------------------
-def side_reads_main(x, w):
-    h = x @ w
-    with npu_stream_switch("side"):
-        npu_wait_tensor(x, h)
-        y = torch.relu(h) * 2
-    return h + y
-
-
-def side_matmul(x, w):
-    h = x @ w
-    with npu_stream_switch("side"):
-        npu_wait_tensor(x, h)
-        y = torch.relu(h @ w) * 2
-    return h + y
-
-
-def side_output(x, w):
-    h = x @ w
-    with npu_stream_switch("side"):
-        npu_wait_tensor(x, h)
-        y = torch.relu(h @ w) * 2
-    return y, h + 1
-
-
+# -- the issue's programs, compiled (tests/stream_programs.py's, and one with no wait) ----------
 def side_reads_main_unwaited(x, w):
     h = x @ w
     with npu_stream_switch("side"):  # no npu_wait_tensor: the data edge alone must order it
         y = torch.relu(h) * 2
     return h + y
-
-
-def two_side_streams(x, w):
-    h = x @ w
-    with npu_stream_switch("side_a"):
-        npu_wait_tensor(x, h)
-        a = torch.relu(h) * 2
-    with npu_stream_switch("side_b"):
-        npu_wait_tensor(x, a)
-        b = a @ w + 1
-    return h + b
 
 
 PROGRAMS = {f.__name__: f for f in (side_reads_main, side_matmul, side_output,
