@@ -90,6 +90,22 @@ def pytest_collection_modifyitems(config, items):
         items[:] = kept
 
 
+@pytest.fixture
+def fresh_record_capture(monkeypatch):
+    """A fresh Dynamo and fresh capture counts around the test, with the CPU record capture
+    whatever the environment says (the client and TorchAir-compat suites use it for every test)."""
+    import torch
+
+    from torchair_dist.base.util import reset_process_state
+
+    monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "record")
+    torch._dynamo.reset()
+    reset_process_state()
+    yield
+    torch._dynamo.reset()
+    reset_process_state()
+
+
 @pytest.fixture(scope="module")
 def ranks2():
     pool = RankPool(2)
