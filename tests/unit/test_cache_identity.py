@@ -120,3 +120,55 @@ def test_config_part_of_the_key_holds_no_address():
 @pytest.mark.parametrize("entry", keys.LIBRARY_SOURCES)
 def test_library_sources_exist(entry):
     assert os.path.exists(os.path.join(os.path.dirname(torchair_dist.__file__), entry))
+
+
+# -- what a pass or a decomposition calls is part of what it is ------------------------------
+def _helper_module(source: str):
+    """A fresh module (as a user's file would be) holding ``source``."""
+    import types
+
+    module = types.ModuleType("user_passes_for_test")
+    exec(compile(textwrap.dedent(source), "user_passes_for_test.py", "exec"), module.__dict__)
+    return module
+
+
+_PASS = """
+import math
+LIMIT = {limit}
+
+def inner(gm):
+    return gm.graph.{call}()
+
+def helper(gm):
+    return inner(gm) if LIMIT > math.pi else None
+
+def user_pass(gm, example_inputs, config):
+    return helper(gm)
+"""
+
+
+def test_a_helper_the_pass_calls_is_in_its_identity():
+    """The pass's own bytecode is the same in all four; what it calls differs (a helper's
+    helper, a module constant): a different identity each time, the same for the same code."""
+    def identity(**kw):
+        return keys.callable_identity(_helper_module(_PASS.format(**kw)).user_pass)
+
+    base = identity(limit=4, call="lint")
+    assert base == identity(limit=4, call="lint")
+    assert identity(limit=5, call="lint") != base          # a constant the helper reads
+    assert identity(limit=4, call="eliminate_dead_code") != base  # the helper's helper
+    assert "module math" in base and "0x" not in base      # a library module by name
+
+
+def test_decompositions_are_keyed_by_what_they_compute():
+    """Two decompositions with the same bytecode and other constants (x * 2 vs x * 3) give two
+    model keys (they were keyed by bytecode alone)."""
+    import torch
+
+    aten = torch.ops.aten
+    net = torch.nn.Linear(2, 2)
+    cfg = torchair_dist.CompilerConfig()
+    key2 = keys.model_key(net, "forward", cfg, {aten.gelu.default: lambda x: x * 2})
+    key3 = keys.model_key(net, "forward", cfg, {aten.gelu.default: lambda x: x * 3})
+    assert key2 != key3
+    assert key2 == keys.model_key(net, "forward", cfg, {aten.gelu.default: lambda x: x * 2})

@@ -69,10 +69,62 @@ def _code_identity_of(code: types.CodeType, h) -> None:
         h.update(b"\0")
 
 
+_PLAIN_VALUES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device,
+                 torch.layout, torch.memory_format, enum.Enum, list, tuple, dict, set,
+                 frozenset, torch.Tensor)
+
+
+def _is_library(value) -> bool:
+    """Whether ``value`` (a function or class) comes from the standard library or an installed
+    package with a version (torch, torchair_dist, transformers ...): keyed by name and that
+    version (:func:`_versions` / :func:`library_digest` cover torch and this library), not by
+    walking its code."""
+    module = getattr(value, "__module__", None) or ""
+    top = module.split(".")[0]
+    if not top or top in ("__main__", "__mp_main__"):
+        return False
+    if top in sys.stdlib_module_names or top == "builtins":
+        return True
+    return bool(getattr(sys.modules.get(top), "__version__", ""))
+
+
+def global_reads(fn, fingerprint) -> List[str]:
+    """``name=fingerprint`` for each global that ``fn``'s code (nested functions' included)
+    reads: a module by its name, a library function or class by its qualified name and its
+    package's version, anything else (the user's helper functions and constants, which the
+    function's own bytecode does not show) by ``fingerprint(value)``. A helper a user pass or a
+    decomposition calls is part of what it is: changing the helper changes the key."""
+    code = getattr(fn, "__code__", None)
+    g = getattr(fn, "__globals__", None)
+    if not isinstance(code, types.CodeType) or not isinstance(g, dict):
+        return []
+    parts = []
+    for name in sorted({n for c in _code_objects(code) for n in c.co_names if n in g}):
+        value = g[name]
+        if value is fn:
+            text = "<itself>"
+        elif isinstance(value, types.ModuleType):
+            text = f"module {value.__name__}"
+        elif (callable(value) or isinstance(value, type)) and _is_library(value):
+            top = sys.modules.get(value.__module__.split(".")[0])
+            text = (f"{value.__module__}.{getattr(value, '__qualname__', type(value).__name__)}"
+                    f"@{getattr(top, '__version__', '')}")
+        elif not callable(value) and not isinstance(value, _PLAIN_VALUES) and \
+                _is_library(type(value)):
+            # a library object (a logger, a lock, a registry): its class; its state is the
+            # library's business and would make every process's key differ
+            text = f"{type(value).__module__}.{type(value).__qualname__} object"
+        else:
+            text = fingerprint(value)
+        parts.append(f"{name}={text}")
+    return parts
+
+
 def callable_identity(fn: Any, depth: int = 0) -> str:
     """What a callable option is, the same in every process: a function by its qualified
     name and its code (bytecode, names, constants, nested functions' code), its defaults and
-    closure values; a ``functools.partial`` by its function and arguments; an object with
+    closure values and the globals it reads (:func:`global_reads`: a helper it calls by its own
+    identity); a ``functools.partial`` by its function and arguments; an object with
     ``uuid()`` (inductor's ``CustomGraphPass``, as vLLM hashes its passes) by that; another
     callable object by its class's and ``__call__``'s identity. Never by address."""
     if depth > 4:
@@ -96,8 +148,10 @@ def callable_identity(fn: Any, depth: int = 0) -> str:
                 closure.append(f"{name}=<empty>")
         defaults = option_fingerprint(getattr(fn, "__defaults__", None), depth + 1)
         kwdefaults = option_fingerprint(getattr(fn, "__kwdefaults__", None), depth + 1)
+        reads = global_reads(fn, lambda v: option_fingerprint(v, depth + 1))
         return (f"function {getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}:"
-                f"{h.hexdigest()}:defaults={defaults}:{kwdefaults}:closure=[{','.join(closure)}]")
+                f"{h.hexdigest()}:defaults={defaults}:{kwdefaults}:closure=[{','.join(closure)}]"
+                f":globals=[{','.join(reads)}]")
     uuid = getattr(fn, "uuid", None)
     if callable(uuid):
         return f"{type(fn).__module__}.{type(fn).__qualname__} uuid={uuid()!r}"
@@ -212,9 +266,10 @@ def value_fingerprint(value: Any, names: Optional[frozenset] = None, depth: int 
     """A stable text for a value a traced graph may have baked in (Dynamo guards on it):
     numbers, strings, dtypes, enums and containers of them by value; a tensor by its type,
     dtype and shape (a plain-attribute tensor's values are not read); a function by its
-    qualified name and bytecode; another object by its class and, a few levels deep, those of
-    its attributes whose names the model's code reads (``names``; e.g. ``config.hidden_size``,
-    not ``config.name_or_path``)."""
+    qualified name, bytecode and the globals it reads (a user helper's helper too, a few levels
+    deep; a library function by name: the versions are in the key); another object by its
+    class and, a few levels deep, those of its attributes whose names the model's code reads
+    (``names``; e.g. ``config.hidden_size``, not ``config.name_or_path``)."""
     if isinstance(value, _SIMPLE):
         return repr(value)
     if isinstance(value, torch.Tensor):
@@ -239,7 +294,11 @@ def value_fingerprint(value: Any, names: Optional[frozenset] = None, depth: int 
         return f"module {value.__name__}"
     if isinstance(value, (types.FunctionType, types.MethodType)):
         fn = getattr(value, "__func__", value)
-        return f"function {fn.__module__}.{fn.__qualname__}:{_code_digest(fn)}"
+        if _is_library(fn):
+            return f"function {fn.__module__}.{fn.__qualname__}"
+        reads = global_reads(fn, lambda v: value_fingerprint(v, names, depth + 1))
+        return (f"function {fn.__module__}.{fn.__qualname__}:{_code_digest(fn)}"
+                f":globals=[{','.join(reads)}]")
     if isinstance(value, (type, torch.nn.Module)) or not isinstance(
             getattr(value, "__dict__", None), dict):
         return f"{type(value).__qualname__} {getattr(value, '__qualname__', '')}"
@@ -361,9 +420,7 @@ def model_key(module: torch.nn.Module, func_name: str, config, decompositions: D
     parts += module_groups(module)
     parts += config_parts(config)
     for op, fn in sorted(decompositions.items(), key=lambda kv: str(kv[0])):
-        code = getattr(fn, "__code__", None)
-        parts.append(f"{op}:{getattr(fn, '__qualname__', fn)}:"
-                     f"{hashlib.md5(code.co_code).hexdigest() if code else ''}")
+        parts.append(f"{op}:{callable_identity(fn)}")  # code, constants, closure, helpers
     for p in parts:
         h.update(p.encode())
         h.update(b"\0")
