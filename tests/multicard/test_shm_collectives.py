@@ -71,13 +71,13 @@ def _fallback_case(rank, world, mode, refusing_rank):
     import torch.distributed as dist
 
     import torchair_dist
-    from torchair_dist.cpu import shm
+    from torchair_dist.cpu import shm, shm_segment
 
     torch._dynamo.reset()
     shm.reset()   # every rank sets the group's channel up again (GE resolves a group by ranks)
     pg = dist.new_group(list(range(world)))
     if rank == refusing_rank:
-        shm.unavailable_reason = lambda: "no shared memory in this test"
+        shm_segment.unavailable_reason = lambda: "no shared memory in this test"
 
     def tp_sum(x):
         y = x * 2
@@ -94,7 +94,7 @@ def _fallback_case(rank, world, mode, refusing_rank):
             out = torch.compile(tp_sum, backend=torchair_dist.get_npu_backend(
                 compiler_config=cfg), fullgraph=True)(x)
     finally:
-        shm.unavailable_reason = shm._unavailable_reason
+        shm_segment.unavailable_reason = shm_segment._unavailable_reason
     messages = [str(w.message) for w in caught if "stays on gloo" in str(w.message)]
     from torchair_dist.collectives import groups
     result = {"diff": (out - tp_sum(x)).abs().max().item(), "warnings": messages,

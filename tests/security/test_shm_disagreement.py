@@ -115,17 +115,17 @@ def test_ranks_with_different_dynamic_sizes_all_raise(rank_pool, mode, world):
 def _peer_dies_during_setup(rank, world):
     import torch
 
-    from torchair_dist.cpu import shm
+    from torchair_dist.cpu import shm, shm_segment
 
     shm.reset()
-    before = set(glob.glob(shm._SEGMENT_PREFIX + "*"))
+    before = set(glob.glob(shm_segment.SEGMENT_PREFIX + "*"))
     if rank == 1:
         def die(*args):
             os._exit(7)
-        shm._open_segment = die
+        shm_segment._open_segment = die
     compiled = _compiled_all_reduce("npugraph_ex")
     result = _outcome(lambda: compiled(torch.ones(8)))
-    left = sorted(set(glob.glob(shm._SEGMENT_PREFIX + "*")) - before)
+    left = sorted(set(glob.glob(shm_segment.SEGMENT_PREFIX + "*")) - before)
     return result, left
 
 
@@ -144,23 +144,23 @@ def _umask_000(rank, world, mode):
 
     import torch
 
-    from torchair_dist.cpu import shm
+    from torchair_dist.cpu import shm, shm_segment
 
     shm.reset()
     old = os.umask(0)
     seen = []
-    create = shm._create_segment
+    create = shm_segment._create_segment
 
     def spy(size):
         path, mm = create(size)
         seen.append(stat.S_IMODE(os.stat(path).st_mode))
         return path, mm
-    shm._create_segment = spy
+    shm_segment._create_segment = spy
     try:
         compiled = _compiled_all_reduce(mode)
         outs = [compiled(torch.full((64,), float(rank + i))).tolist() for i in range(5)]
     finally:
-        shm._create_segment = create
+        shm_segment._create_segment = create
         os.umask(old)
         shm.reset()
     return seen, outs

@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from torchair_dist.cpu import shm
+from torchair_dist.cpu import shm_segment
 
-SIZE = shm.segment_bytes(2, 4096)
+SIZE = shm_segment.segment_bytes(2, 4096)
 
 
 def _as_nobody(code: str) -> subprocess.CompletedProcess:
@@ -47,7 +47,7 @@ def umask_000():
 
 
 def test_segment_is_private_under_umask_000(umask_000):
-    path, mm = shm._create_segment(SIZE)
+    path, mm = shm_segment._create_segment(SIZE)
     try:
         st = os.stat(path)
         assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.geteuid()
@@ -60,7 +60,7 @@ def test_segment_is_private_under_umask_000(umask_000):
 @needs_root
 @pytest.mark.parametrize("how", ["rb", "r+b"])
 def test_another_user_can_neither_read_nor_write_the_segment(umask_000, how):
-    path, mm = shm._create_segment(SIZE)
+    path, mm = shm_segment._create_segment(SIZE)
     mm[:8] = b"secret!!"
     try:
         out = _as_nobody(f"open({path!r}, {how!r}).read(8)")
@@ -73,8 +73,8 @@ def test_another_user_can_neither_read_nor_write_the_segment(umask_000, how):
 
 def _fixed_name(monkeypatch):
     fixed = uuid.UUID(int=0x1234)
-    monkeypatch.setattr(shm.uuid, "uuid4", lambda: fixed)
-    return f"{shm._SEGMENT_PREFIX}{fixed.hex}"
+    monkeypatch.setattr(shm_segment.uuid, "uuid4", lambda: fixed)
+    return f"{shm_segment.SEGMENT_PREFIX}{fixed.hex}"
 
 
 def test_a_planted_symlink_is_never_followed(tmp_path, monkeypatch):
@@ -86,7 +86,7 @@ def test_a_planted_symlink_is_never_followed(tmp_path, monkeypatch):
     os.symlink(victim, path)
     try:
         with pytest.raises(FileExistsError):
-            shm._create_segment(SIZE)
+            shm_segment._create_segment(SIZE)
         assert victim.read_text() == "precious"
         assert os.path.islink(path)  # left as it was: not ours to remove
     finally:
@@ -99,14 +99,14 @@ def test_a_squatted_name_is_never_opened(monkeypatch):
         f.write(b"\0" * SIZE)
     try:
         with pytest.raises(FileExistsError):
-            shm._create_segment(SIZE)
+            shm_segment._create_segment(SIZE)
     finally:
         os.unlink(path)
 
 
 @pytest.mark.parametrize("problem", ["mode", "size", "link", "name"])
 def test_a_peer_refuses_a_file_that_is_not_this_jobs_segment(tmp_path, problem):
-    path = f"{shm._SEGMENT_PREFIX}{uuid.uuid4().hex}"
+    path = f"{shm_segment.SEGMENT_PREFIX}{uuid.uuid4().hex}"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     os.ftruncate(fd, SIZE)
     os.close(fd)
@@ -117,17 +117,17 @@ def test_a_peer_refuses_a_file_that_is_not_this_jobs_segment(tmp_path, problem):
         elif problem == "size":
             os.truncate(path, SIZE // 2)
         elif problem == "link":
-            target = f"{shm._SEGMENT_PREFIX}{uuid.uuid4().hex}"
+            target = f"{shm_segment.SEGMENT_PREFIX}{uuid.uuid4().hex}"
             os.symlink(path, target)
         elif problem == "name":
             target = str(tmp_path / "elsewhere")
             os.symlink(path, target)
         if problem == "link":
             with pytest.raises(OSError):  # O_NOFOLLOW: ELOOP
-                shm._open_segment(target, SIZE)
+                shm_segment._open_segment(target, SIZE)
         else:
-            with pytest.raises(shm._Refused) as info:
-                shm._open_segment(target, SIZE)
+            with pytest.raises(shm_segment._Refused) as info:
+                shm_segment._open_segment(target, SIZE)
             assert target in str(info.value) or repr(target) in str(info.value)
     finally:
         for p in {path, target}:
@@ -137,7 +137,7 @@ def test_a_peer_refuses_a_file_that_is_not_this_jobs_segment(tmp_path, problem):
 
 @needs_root
 def test_a_peer_refuses_a_segment_owned_by_another_user():
-    path = f"{shm._SEGMENT_PREFIX}{uuid.uuid4().hex}"
+    path = f"{shm_segment.SEGMENT_PREFIX}{uuid.uuid4().hex}"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     os.ftruncate(fd, SIZE)
     os.close(fd)
@@ -145,7 +145,7 @@ def test_a_peer_refuses_a_segment_owned_by_another_user():
 
     os.chown(path, pwd.getpwnam("nobody").pw_uid, -1)
     try:
-        with pytest.raises(shm._Refused, match="owned by uid"):
-            shm._open_segment(path, SIZE)
+        with pytest.raises(shm_segment._Refused, match="owned by uid"):
+            shm_segment._open_segment(path, SIZE)
     finally:
         os.unlink(path)
