@@ -91,19 +91,27 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
-def fresh_record_capture(monkeypatch):
-    """A fresh Dynamo and fresh capture counts around the test, with the CPU record capture
-    whatever the environment says (the client and TorchAir-compat suites use it for every test)."""
+def fresh_dynamo():
+    """Compiles from scratch: no Dynamo cache shared with other tests, and no capture counts (a
+    graph loaded by ``cache_compile`` never passed through Dynamo, whose reset reaches only the
+    backends it compiled with). The unit suite uses it for every test."""
     import torch
 
     from torchair_dist.base.util import reset_process_state
 
-    monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "record")
     torch._dynamo.reset()
     reset_process_state()
     yield
     torch._dynamo.reset()
     reset_process_state()
+
+
+@pytest.fixture
+def fresh_record_capture(monkeypatch, fresh_dynamo):
+    """``fresh_dynamo`` with the CPU record capture whatever the environment says (the client
+    and TorchAir-compat suites use it for every test)."""
+    monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "record")
+    yield
 
 
 @pytest.fixture(scope="module")

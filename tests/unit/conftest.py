@@ -1,19 +1,9 @@
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    """Every test compiles from scratch: no Dynamo cache shared between tests, and no capture
-    counts (a graph loaded by ``cache_compile`` never passed through Dynamo, whose reset
-    reaches only the backends it compiled with)."""
-    from torchair_dist.base.util import reset_process_state
-
-    torch._dynamo.reset()
-    reset_process_state()
+def _fresh_dynamo(fresh_dynamo):  # tests/conftest.py: every unit test compiles from scratch
     yield
-    torch._dynamo.reset()
-    reset_process_state()
 
 
 @pytest.fixture(scope="module")
