@@ -21,6 +21,7 @@ import torch
 import torchair_dist
 from torchair_dist.configs import CompilerConfig
 from torchair_dist.pipeline import stages as pipeline
+from torchair_dist.tools import docs
 
 MODES = ("max-autotune", "npugraph_ex")
 
@@ -188,8 +189,8 @@ def test_a_removed_ge_backend_step_does_not_run_and_its_option_is_named(monkeypa
 
 # -- the README's order is the order that runs ---------------------------------------------
 def rendered_order(mode):
-    """The stages of ``mode`` in the order of their step numbers in ``render()``'s table."""
-    lines = pipeline.render().splitlines()
+    """The stages of ``mode`` in the order of their step numbers in the README's stage table."""
+    lines = docs.render_stage_table().splitlines()
     head = next(line for line in lines if line.startswith("| stage |"))
     cols = [c.strip() for c in head.strip("|").split("|")]
     col = cols.index(f"`{mode}`")
