@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 import torchair_dist
-from torchair_dist.cache import keys
+from torchair_dist.cache import identity, keys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(torchair_dist.__file__)))
@@ -88,16 +88,16 @@ def _make(scale):
 
 def test_callable_identity_is_what_the_function_is():
     a, b = _make(2), _make(2)
-    assert a is not b and keys.callable_identity(a) == keys.callable_identity(b)
-    assert "0x" not in keys.callable_identity(a)
-    assert keys.callable_identity(_make(3)) != keys.callable_identity(a)  # a closure value
+    assert a is not b and identity.callable_identity(a) == identity.callable_identity(b)
+    assert "0x" not in identity.callable_identity(a)
+    assert identity.callable_identity(_make(3)) != identity.callable_identity(a)  # a closure value
 
     def other(gm, example_inputs, config):
         return gm if gm is None else None
 
-    assert keys.callable_identity(other) != keys.callable_identity(a)
-    assert keys.callable_identity(functools.partial(a, 1)) != \
-        keys.callable_identity(functools.partial(a, 2))
+    assert identity.callable_identity(other) != identity.callable_identity(a)
+    assert identity.callable_identity(functools.partial(a, 1)) != \
+        identity.callable_identity(functools.partial(a, 2))
 
     class WithUuid:
         def __call__(self, graph):
@@ -106,7 +106,7 @@ def test_callable_identity_is_what_the_function_is():
         def uuid(self):
             return "v1"
 
-    assert keys.callable_identity(WithUuid()).endswith("uuid='v1'")
+    assert identity.callable_identity(WithUuid()).endswith("uuid='v1'")
 
 
 def test_config_part_of_the_key_holds_no_address():
@@ -150,13 +150,13 @@ def user_pass(gm, example_inputs, config):
 def test_a_helper_the_pass_calls_is_in_its_identity():
     """The pass's own bytecode is the same in all four; what it calls differs (a helper's
     helper, a module constant): a different identity each time, the same for the same code."""
-    def identity(**kw):
-        return keys.callable_identity(_helper_module(_PASS.format(**kw)).user_pass)
+    def of(**kw):
+        return identity.callable_identity(_helper_module(_PASS.format(**kw)).user_pass)
 
-    base = identity(limit=4, call="lint")
-    assert base == identity(limit=4, call="lint")
-    assert identity(limit=5, call="lint") != base          # a constant the helper reads
-    assert identity(limit=4, call="eliminate_dead_code") != base  # the helper's helper
+    base = of(limit=4, call="lint")
+    assert base == of(limit=4, call="lint")
+    assert of(limit=5, call="lint") != base          # a constant the helper reads
+    assert of(limit=4, call="eliminate_dead_code") != base  # the helper's helper
     assert "module math" in base and "0x" not in base      # a library module by name
 
 

@@ -1,9 +1,9 @@
 """Cache keys: the model key (everything a compiled graph depends on besides the inputs'
-shapes) and the per-call input signature."""
+shapes) and the per-call input signature. How code and values are described in the model key
+is :mod:`.identity`."""
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
 import hashlib
 import inspect
@@ -17,6 +17,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .groups import describe, module_groups
+from .identity import code_objects, callable_identity, option_fingerprint, value_fingerprint
 from .store import FORMAT_VERSION
 
 
@@ -52,141 +53,6 @@ def library_digest() -> str:
             h.update(f.read_bytes())
             h.update(b"\0")
     return h.hexdigest()
-
-
-def _code_identity_of(code: types.CodeType, h) -> None:
-    """Feed ``h`` what a code object does: its bytecode, names, constants (nested code
-    objects by their own identity), never its file or line numbers."""
-    h.update(code.co_code)
-    h.update(repr((code.co_names, code.co_varnames, code.co_freevars, code.co_argcount,
-                   code.co_kwonlyargcount, code.co_flags)).encode())
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            h.update(b"<code>")
-            _code_identity_of(const, h)
-        else:
-            h.update(repr(const).encode())
-        h.update(b"\0")
-
-
-_PLAIN_VALUES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device,
-                 torch.layout, torch.memory_format, enum.Enum, list, tuple, dict, set,
-                 frozenset, torch.Tensor)
-
-
-def _is_library(value) -> bool:
-    """Whether ``value`` (a function or class) comes from the standard library or an installed
-    package with a version (torch, torchair_dist, transformers ...): keyed by name and that
-    version (:func:`_versions` / :func:`library_digest` cover torch and this library), not by
-    walking its code."""
-    module = getattr(value, "__module__", None) or ""
-    top = module.split(".")[0]
-    if not top or top in ("__main__", "__mp_main__"):
-        return False
-    if top in sys.stdlib_module_names or top == "builtins":
-        return True
-    return bool(getattr(sys.modules.get(top), "__version__", ""))
-
-
-def global_reads(fn, fingerprint) -> List[str]:
-    """``name=fingerprint`` for each global that ``fn``'s code (nested functions' included)
-    reads: a module by its name, a library function or class by its qualified name and its
-    package's version, anything else (the user's helper functions and constants, which the
-    function's own bytecode does not show) by ``fingerprint(value)``. A helper a user pass or a
-    decomposition calls is part of what it is: changing the helper changes the key."""
-    code = getattr(fn, "__code__", None)
-    g = getattr(fn, "__globals__", None)
-    if not isinstance(code, types.CodeType) or not isinstance(g, dict):
-        return []
-    parts = []
-    for name in sorted({n for c in _code_objects(code) for n in c.co_names if n in g}):
-        value = g[name]
-        if value is fn:
-            text = "<itself>"
-        elif isinstance(value, types.ModuleType):
-            text = f"module {value.__name__}"
-        elif (callable(value) or isinstance(value, type)) and _is_library(value):
-            top = sys.modules.get(value.__module__.split(".")[0])
-            text = (f"{value.__module__}.{getattr(value, '__qualname__', type(value).__name__)}"
-                    f"@{getattr(top, '__version__', '')}")
-        elif not callable(value) and not isinstance(value, _PLAIN_VALUES) and \
-                _is_library(type(value)):
-            # a library object (a logger, a lock, a registry): its class; its state is the
-            # library's business and would make every process's key differ
-            text = f"{type(value).__module__}.{type(value).__qualname__} object"
-        else:
-            text = fingerprint(value)
-        parts.append(f"{name}={text}")
-    return parts
-
-
-def callable_identity(fn: Any, depth: int = 0) -> str:
-    """What a callable option is, the same in every process: a function by its qualified
-    name and its code (bytecode, names, constants, nested functions' code), its defaults and
-    closure values and the globals it reads (:func:`global_reads`: a helper it calls by its own
-    identity); a ``functools.partial`` by its function and arguments; an object with
-    ``uuid()`` (inductor's ``CustomGraphPass``, as vLLM hashes its passes) by that; another
-    callable object by its class's and ``__call__``'s identity. Never by address."""
-    if depth > 4:
-        return f"{type(fn).__module__}.{type(fn).__qualname__}"
-    if isinstance(fn, functools.partial):
-        return (f"partial({callable_identity(fn.func, depth + 1)},"
-                f"{option_fingerprint(fn.args, depth + 1)},"
-                f"{option_fingerprint(fn.keywords, depth + 1)})")
-    if isinstance(fn, types.MethodType):
-        return (f"method {callable_identity(fn.__func__, depth + 1)} of "
-                f"{option_fingerprint(fn.__self__, depth + 1)}")
-    code = getattr(fn, "__code__", None)
-    if isinstance(code, types.CodeType):
-        h = hashlib.sha256()
-        _code_identity_of(code, h)
-        closure = []
-        for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
-            try:
-                closure.append(f"{name}={option_fingerprint(cell.cell_contents, depth + 1)}")
-            except ValueError:  # an empty cell
-                closure.append(f"{name}=<empty>")
-        defaults = option_fingerprint(getattr(fn, "__defaults__", None), depth + 1)
-        kwdefaults = option_fingerprint(getattr(fn, "__kwdefaults__", None), depth + 1)
-        reads = global_reads(fn, lambda v: option_fingerprint(v, depth + 1))
-        return (f"function {getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}:"
-                f"{h.hexdigest()}:defaults={defaults}:{kwdefaults}:closure=[{','.join(closure)}]"
-                f":globals=[{','.join(reads)}]")
-    uuid = getattr(fn, "uuid", None)
-    if callable(uuid):
-        return f"{type(fn).__module__}.{type(fn).__qualname__} uuid={uuid()!r}"
-    if isinstance(fn, type) or not hasattr(type(fn), "__call__") or \
-            isinstance(fn, (types.BuiltinFunctionType, types.BuiltinMethodType)):
-        name = getattr(fn, "__qualname__", type(fn).__qualname__)
-        return f"{getattr(fn, '__module__', '')}.{name}"
-    call = getattr(type(fn), "__call__")
-    state = option_fingerprint(dict(vars(fn)) if hasattr(fn, "__dict__") else None, depth + 1)
-    return (f"{type(fn).__module__}.{type(fn).__qualname__} "
-            f"call={callable_identity(call, depth + 1)} state={state}")
-
-
-def option_fingerprint(value: Any, depth: int = 0) -> str:
-    """A config option's value as the same text in every process: plain values by ``repr``,
-    containers item by item, callables by :func:`callable_identity` (``repr`` of a function
-    holds its address, which no other process shares)."""
-    if isinstance(value, _SIMPLE) or isinstance(value, enum.Enum):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        items = [option_fingerprint(v, depth + 1) for v in value]
-        return f"{type(value).__name__}[{','.join(items)}]"
-    if isinstance(value, (set, frozenset)):
-        return f"set[{','.join(sorted(option_fingerprint(v, depth + 1) for v in value))}]"
-    if isinstance(value, dict):
-        items = sorted(f"{option_fingerprint(k, depth + 1)}:{option_fingerprint(v, depth + 1)}"
-                       for k, v in value.items())
-        return f"dict{{{','.join(items)}}}"
-    if isinstance(value, torch.Tensor):
-        return f"{type(value).__name__}({value.dtype},{tuple(value.shape)})"
-    if callable(value):
-        return callable_identity(value, depth)
-    if depth > 4 or not hasattr(value, "__dict__"):
-        return f"{type(value).__module__}.{type(value).__qualname__}"
-    return f"{type(value).__qualname__}{option_fingerprint(dict(vars(value)), depth + 1)}"
 
 
 def config_parts(config) -> List[str]:
@@ -258,72 +124,6 @@ _MODULE_INTERNALS = frozenset({
     "_backward_hooks", "_backward_pre_hooks", "_is_full_backward_hook", "_compiled_call_impl",
     "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs",
 })
-_SIMPLE = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device,
-           torch.layout, torch.memory_format)
-
-
-def value_fingerprint(value: Any, names: Optional[frozenset] = None, depth: int = 0) -> str:
-    """A stable text for a value a traced graph may have baked in (Dynamo guards on it):
-    numbers, strings, dtypes, enums and containers of them by value; a tensor by its type,
-    dtype and shape (a plain-attribute tensor's values are not read); a function by its
-    qualified name, bytecode and the globals it reads (a user helper's helper too, a few levels
-    deep; a library function by name: the versions are in the key); another object by its
-    class and, a few levels deep, those of its attributes whose names the model's code reads
-    (``names``; e.g. ``config.hidden_size``, not ``config.name_or_path``)."""
-    if isinstance(value, _SIMPLE):
-        return repr(value)
-    if isinstance(value, torch.Tensor):
-        return f"{type(value).__name__}({value.dtype},{tuple(value.shape)})"
-    if isinstance(value, enum.Enum):
-        return f"{type(value).__qualname__}.{value.name}"
-    group = describe(value)  # a process group / device mesh: by its ranks
-    if group is not None:
-        return group
-    if depth > 4:
-        return type(value).__qualname__
-    if isinstance(value, (tuple, list, set, frozenset)):
-        items = [value_fingerprint(v, names, depth + 1) for v in value]
-        if isinstance(value, (set, frozenset)):
-            items.sort()
-        return f"{type(value).__name__}[{','.join(items)}]"
-    if isinstance(value, dict):
-        items = sorted(f"{value_fingerprint(k, names, depth + 1)}:"
-                       f"{value_fingerprint(v, names, depth + 1)}" for k, v in value.items())
-        return f"dict{{{','.join(items)}}}"
-    if isinstance(value, types.ModuleType):
-        return f"module {value.__name__}"
-    if isinstance(value, (types.FunctionType, types.MethodType)):
-        fn = getattr(value, "__func__", value)
-        if _is_library(fn):
-            return f"function {fn.__module__}.{fn.__qualname__}"
-        reads = global_reads(fn, lambda v: value_fingerprint(v, names, depth + 1))
-        return (f"function {fn.__module__}.{fn.__qualname__}:{_code_digest(fn)}"
-                f":globals=[{','.join(reads)}]")
-    if isinstance(value, (type, torch.nn.Module)) or not isinstance(
-            getattr(value, "__dict__", None), dict):
-        return f"{type(value).__qualname__} {getattr(value, '__qualname__', '')}"
-    attrs = {k: v for k, v in vars(value).items() if names is None or k in names}
-    return f"{type(value).__qualname__}{value_fingerprint(attrs, names, depth + 1)}"
-
-
-def _code_digest(fn) -> str:
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return ""
-    h = hashlib.md5()
-    for c in _code_objects(code):
-        h.update(c.co_code)
-        h.update(repr([k for k in c.co_consts if not isinstance(k, types.CodeType)]).encode())
-    return h.hexdigest()
-
-
-def _code_objects(code: types.CodeType):
-    yield code
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _code_objects(const)
-
-
 def _functions_of(cls) -> List[Any]:
     """The functions a model class defines (methods, static/class methods, property getters),
     up its bases but not torch.nn.Module's own."""
@@ -344,7 +144,7 @@ def _read_names(module: torch.nn.Module) -> frozenset:
     names = {"training"}
     for cls in {type(m) for m in module.modules()}:
         for fn in _functions_of(cls):
-            for c in _code_objects(fn.__code__):
+            for c in code_objects(fn.__code__):
                 names.update(c.co_names)
     return frozenset(names)
 
@@ -373,7 +173,7 @@ def _function_reads(fn, names: frozenset) -> List[str]:
     if code is None:
         return []
     g = getattr(fn, "__globals__", {})
-    read = sorted({n for c in _code_objects(code) for n in c.co_names if n in g})
+    read = sorted({n for c in code_objects(code) for n in c.co_names if n in g})
     parts = [f"global {fn.__qualname__}:{n}={value_fingerprint(g[n], names)}" for n in read]
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         try:
