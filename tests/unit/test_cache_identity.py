@@ -172,3 +172,76 @@ def test_decompositions_are_keyed_by_what_they_compute():
     key3 = keys.model_key(net, "forward", cfg, {aten.gelu.default: lambda x: x * 3})
     assert key2 != key3
     assert key2 == keys.model_key(net, "forward", cfg, {aten.gelu.default: lambda x: x * 2})
+
+
+# -- a helper is keyed by what it calls, in every process -------------------------------------
+_ACT = """
+import torch
+
+def act(x):
+    return torch.{fn}(x)
+"""
+
+
+def test_a_helper_is_keyed_by_the_names_it_calls():
+    """``torch.sin`` and ``torch.cos`` differ only in the code's names: a helper a model reads
+    (``value_fingerprint``) used to be keyed by bytecode and constants alone, so the two shared
+    one model key and a cached graph of one was loaded for the other."""
+    sin = _helper_module(_ACT.format(fn="sin")).act
+    cos = _helper_module(_ACT.format(fn="cos")).act
+    assert identity.value_fingerprint(sin) != identity.value_fingerprint(cos)
+    assert identity.callable_identity(sin) != identity.callable_identity(cos)
+    assert identity.value_fingerprint(sin) == \
+        identity.value_fingerprint(_helper_module(_ACT.format(fn="sin")).act)
+
+
+def test_a_user_module_read_by_attribute_is_keyed_by_its_source(tmp_path, monkeypatch):
+    """A pass calling ``helpers.fix(gm)``: the pass's code names only the module; the module's
+    source is in the identity (a changed helper file is a miss), a library module's name is."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def identity_with(body):
+        (tmp_path / "user_helpers_for_test.py").write_text(f"def fix(gm):\n    {body}\n")
+        sys.modules.pop("user_helpers_for_test", None)
+        identity._file_digest.cache_clear()
+        helpers = importlib.import_module("user_helpers_for_test")
+        user_pass = _helper_module("def user_pass(gm, example_inputs, config):\n"
+                                   "    return helpers.fix(gm)\n").user_pass
+        user_pass.__globals__["helpers"] = helpers
+        return identity.callable_identity(user_pass)
+
+    try:
+        lint = identity_with("return gm.graph.lint()")
+        assert lint == identity_with("return gm.graph.lint()")
+        assert lint != identity_with("return gm.graph.eliminate_dead_code()")
+        assert "module user_helpers_for_test:" in lint
+    finally:
+        sys.modules.pop("user_helpers_for_test", None)
+        identity._file_digest.cache_clear()
+
+
+_SET_SCRIPT = """
+from torchair_dist.cache import identity
+
+def pick(x, mode):
+    return x * 2 if mode in {"alpha", "beta", "gamma", "delta", "epsilon"} else x
+
+print(identity.callable_identity(pick))
+print(identity.value_fingerprint(pick))
+"""
+
+
+def test_a_set_literal_is_the_same_identity_in_every_process(tmp_path):
+    """``mode in {...}`` compiles to a frozenset constant whose ``repr`` order follows the
+    string hash seed: it used to give every process its own key (a cache that never hit)."""
+    outs = set()
+    for seed in ("1", "2", "3"):
+        env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", PYTHONHASHSEED=seed,
+                   PYTHONPATH=PACKAGE)
+        r = subprocess.run([sys.executable, "-c", _SET_SCRIPT], capture_output=True, text=True,
+                           timeout=300, env=env, cwd=str(tmp_path))
+        assert r.returncode == 0, r.stderr[-4000:]
+        outs.add(r.stdout)
+    assert len(outs) == 1, outs

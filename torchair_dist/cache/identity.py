@@ -28,8 +28,28 @@ def _code_identity_of(code: types.CodeType, h) -> None:
             h.update(b"<code>")
             _code_identity_of(const, h)
         else:
-            h.update(repr(const).encode())
+            h.update(_const_text(const).encode())
         h.update(b"\0")
+
+
+def _const_text(const) -> str:
+    """A code constant as the same text in every process: ``x in {"a", "b"}`` compiles to a
+    frozenset, whose ``repr`` order follows the per-process string hash seed."""
+    if isinstance(const, frozenset):
+        return f"frozenset({sorted(_const_text(c) for c in const)})"
+    if isinstance(const, tuple):
+        return f"({','.join(_const_text(c) for c in const)})"
+    return repr(const)
+
+
+def _code_digest(fn) -> str:
+    """sha256 of ``fn``'s code (:func:`_code_identity_of`); "" for a callable without code."""
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return ""
+    h = hashlib.sha256()
+    _code_identity_of(code, h)
+    return h.hexdigest()
 
 
 _PLAIN_VALUES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device,
@@ -44,15 +64,38 @@ _SIMPLE = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch
 def _is_library(value) -> bool:
     """Whether ``value`` (a function or class) comes from the standard library or an installed
     package with a version (torch, torchair_dist, transformers ...): keyed by name and that
-    version (:func:`.keys._versions` / :func:`.keys.library_digest` cover torch and this library), not by
-    walking its code."""
-    module = getattr(value, "__module__", None) or ""
-    top = module.split(".")[0]
+    version (:func:`.keys._versions` / :func:`.keys.library_digest` cover torch and this
+    library), not by walking its code."""
+    return _is_library_module(getattr(value, "__module__", None) or "")
+
+
+def _is_library_module(name: str) -> bool:
+    top = name.split(".")[0]
     if not top or top in ("__main__", "__mp_main__"):
         return False
     if top in sys.stdlib_module_names or top == "builtins":
         return True
     return bool(getattr(sys.modules.get(top), "__version__", ""))
+
+
+def _module_text(module: types.ModuleType) -> str:
+    """A module a function reads as a global: a library's by its name; a user's (a helper
+    reached as ``helpers.act(x)``, whose code no function's bytecode shows) by its name and the
+    sha256 of its source file, so a changed helper module is a miss."""
+    if _is_library_module(module.__name__):
+        return f"module {module.__name__}"
+    return f"module {module.__name__}:{_file_digest(getattr(module, '__file__', None) or '')}"
+
+
+@functools.lru_cache(maxsize=None)
+def _file_digest(path: str) -> str:
+    """sha256 of a user module's source, read once per process (the module in memory is the
+    one imported then)."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()[:32]
+    except OSError:
+        return "no-source"
 
 
 def global_reads(fn, fingerprint) -> List[str]:
@@ -71,7 +114,7 @@ def global_reads(fn, fingerprint) -> List[str]:
         if value is fn:
             text = "<itself>"
         elif isinstance(value, types.ModuleType):
-            text = f"module {value.__name__}"
+            text = _module_text(value)
         elif (callable(value) or isinstance(value, type)) and _is_library(value):
             top = sys.modules.get(value.__module__.split(".")[0])
             text = (f"{value.__module__}.{getattr(value, '__qualname__', type(value).__name__)}"
@@ -105,8 +148,6 @@ def callable_identity(fn: Any, depth: int = 0) -> str:
                 f"{option_fingerprint(fn.__self__, depth + 1)}")
     code = getattr(fn, "__code__", None)
     if isinstance(code, types.CodeType):
-        h = hashlib.sha256()
-        _code_identity_of(code, h)
         closure = []
         for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
             try:
@@ -117,7 +158,7 @@ def callable_identity(fn: Any, depth: int = 0) -> str:
         kwdefaults = option_fingerprint(getattr(fn, "__kwdefaults__", None), depth + 1)
         reads = global_reads(fn, lambda v: option_fingerprint(v, depth + 1))
         return (f"function {getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}:"
-                f"{h.hexdigest()}:defaults={defaults}:{kwdefaults}:closure=[{','.join(closure)}]"
+                f"{_code_digest(fn)}:defaults={defaults}:{kwdefaults}:closure=[{','.join(closure)}]"
                 f":globals=[{','.join(reads)}]")
     uuid = getattr(fn, "uuid", None)
     if callable(uuid):
@@ -185,7 +226,7 @@ def value_fingerprint(value: Any, names: Optional[frozenset] = None, depth: int 
                        f"{value_fingerprint(v, names, depth + 1)}" for k, v in value.items())
         return f"dict{{{','.join(items)}}}"
     if isinstance(value, types.ModuleType):
-        return f"module {value.__name__}"
+        return _module_text(value)
     if isinstance(value, (types.FunctionType, types.MethodType)):
         fn = getattr(value, "__func__", value)
         if _is_library(fn):
@@ -198,17 +239,6 @@ def value_fingerprint(value: Any, names: Optional[frozenset] = None, depth: int 
         return f"{type(value).__qualname__} {getattr(value, '__qualname__', '')}"
     attrs = {k: v for k, v in vars(value).items() if names is None or k in names}
     return f"{type(value).__qualname__}{value_fingerprint(attrs, names, depth + 1)}"
-
-
-def _code_digest(fn) -> str:
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return ""
-    h = hashlib.md5()
-    for c in code_objects(code):
-        h.update(c.co_code)
-        h.update(repr([k for k in c.co_consts if not isinstance(k, types.CodeType)]).encode())
-    return h.hexdigest()
 
 
 def code_objects(code: types.CodeType):
