@@ -245,3 +245,52 @@ def test_a_set_literal_is_the_same_identity_in_every_process(tmp_path):
         assert r.returncode == 0, r.stderr[-4000:]
         outs.add(r.stdout)
     assert len(outs) == 1, outs
+
+
+_HELPER_MODEL = """
+import torch
+from helper_for_cache_test import act
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return act(self.lin(x))
+"""
+
+_HELPER_RUN = """
+import sys, torch, torchair_dist
+sys.path.insert(0, ".")
+from model_for_cache_test import Net
+torch.manual_seed(0)
+net, x = Net().eval(), torch.randn(2, 4)
+for mode in ("npugraph_ex", "max-autotune"):
+    cfg = torchair_dist.CompilerConfig()
+    cfg.mode = mode
+    fn = torchair_dist.cache_compile(net.forward, config=cfg, cache_dir="cache/" + mode)
+    with torch.no_grad():
+        out = fn(x)
+        print(mode, fn.last_source, torch.allclose(out, net(x)))
+"""
+
+
+def test_a_changed_helper_in_another_file_is_a_miss_across_processes(tmp_path):
+    """The model's class file is unchanged; the helper it imports (another file of the user's)
+    goes from torch.sin to torch.cos between two processes: the second compiles and is right
+    (it used to load the first one's graph: 'cache', and a wrong result, in both modes)."""
+    (tmp_path / "model_for_cache_test.py").write_text(_HELPER_MODEL)
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", PYTHONPATH=PACKAGE)
+    runs = []
+    for fn in ("sin", "cos", "cos"):
+        (tmp_path / "helper_for_cache_test.py").write_text(
+            f"import torch\n\ndef act(x):\n    return torch.{fn}(x)\n")
+        shutil.rmtree(tmp_path / "__pycache__", ignore_errors=True)
+        r = subprocess.run([sys.executable, "-c", _HELPER_RUN], capture_output=True, text=True,
+                           timeout=300, env=env, cwd=str(tmp_path))
+        assert r.returncode == 0, r.stderr[-4000:]
+        runs.append(r.stdout.split())
+    assert runs[0] == ["npugraph_ex", "compiled", "True", "max-autotune", "compiled", "True"]
+    assert runs[1] == runs[0]                                   # cos: a miss, compiled, right
+    assert runs[2] == ["npugraph_ex", "cache", "True", "max-autotune", "cache", "True"]
