@@ -111,7 +111,6 @@ def fresh_record_capture(monkeypatch, fresh_dynamo):
     """``fresh_dynamo`` with the CPU record capture whatever the environment says (the client
     and TorchAir-compat suites use it for every test)."""
     monkeypatch.setenv("TORCHAIR_DIST_CPU_CAPTURE", "record")
-    yield
 
 
 @pytest.fixture(scope="module")

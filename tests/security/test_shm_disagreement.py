@@ -42,15 +42,15 @@ def _outcome(call):
 def _different_slot_bytes(rank, world, mode):
     import torch
 
-    from torchair_dist.cpu import shm
+    from torchair_dist.cpu import shm, shm_segment
 
     shm.reset()
-    os.environ[shm.SLOT_ENV] = "4096" if rank != world - 1 else "8192"
+    os.environ[shm_segment.SLOT_ENV] = "4096" if rank != world - 1 else "8192"
     try:
         compiled = _compiled_all_reduce(mode)
         return _outcome(lambda: compiled(torch.full((3000,), float(rank + 1))))
     finally:
-        os.environ.pop(shm.SLOT_ENV, None)
+        os.environ.pop(shm_segment.SLOT_ENV, None)
         shm.reset()
 
 

@@ -13,12 +13,12 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 import pytest
 import torch
 
-from torchair_dist.cpu import shm, shm_graph
+from torchair_dist.cpu import shm, shm_graph, shm_segment
 from torchair_dist.errors import CollectiveFaultError
 
 
 def _pair(world=2, slot=256, pids=None):
-    mm = mmap.mmap(-1, shm.segment_bytes(world, slot))
+    mm = mmap.mmap(-1, shm_segment.segment_bytes(world, slot))
     chans = [shm.Channel(mm, r, world, list(range(world)), "test", slot) for r in range(world)]
     for r, pid in enumerate(pids or [os.getpid()] * world):
         chans[0]._words[chans[0]._pid_at[r]] = pid
@@ -163,7 +163,7 @@ def test_a_peer_outside_this_pid_namespace_is_only_timed_out():
     """A peer whose pid was not visible at setup is not declared dead by its pid."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    mm = mmap.mmap(-1, shm.segment_bytes(2, 256))
+    mm = mmap.mmap(-1, shm_segment.segment_bytes(2, 256))
     ch = shm.Channel(mm, 0, 2, [0, 1], "test", 256, timeout=0.3, watch=[True, False])
     ch._words[ch._pid_at[1]] = dead.pid
     with pytest.raises(CollectiveFaultError, match="did not arrive within 0.3 s"):
@@ -208,7 +208,7 @@ def test_a_waiter_stops_waiting_when_another_waiter_gave_up():
     once, naming rank 0 and the rank it waited for."""
     import time
 
-    mm = mmap.mmap(-1, shm.segment_bytes(3, 256))
+    mm = mmap.mmap(-1, shm_segment.segment_bytes(3, 256))
     chans = [shm.Channel(mm, r, 3, [0, 1, 2], "test", 256, timeout=0.3 if r == 0 else 60)
              for r in range(3)]
     for r in range(3):

@@ -74,13 +74,9 @@ from ..collectives import failures, groups, spec
 from ..collectives import collective_ops as _ops
 from ..errors import CollectiveFaultError, CollectiveMismatchError, PeerFailedError
 from . import shm_segment as segment
-from .shm_segment import LINE as _LINE
-from .shm_segment import SLOT_ENV, TIMEOUT_ENV, segment_bytes  # noqa: F401 - the transport's names
+from .shm_segment import (GAVE_UP_WORD, LINE, META_WORD, PID_WORD, SEQ_WORD, TIMEOUT_ENV,
+                          VOTE_WORD, word)
 
-
-# the segment's layout beyond shm_segment's (one line per rank: seq, pid, two votes, ...)
-_META_AT = 5                   # each rank's line: words 5 and 6, what it sends in bank 0 / 1
-_GAVE_UP_AT = 7                # each rank's line: word 7, its give-up mark (0: none; see _mark)
 # what an exchange's meta word encodes: kind, dtype, reduce op, element count
 _KINDS = {"all_reduce": 1, "all_to_all": 2}
 _DTYPE_CODES = {dt: i + 1 for i, dt in enumerate(
@@ -132,19 +128,18 @@ class Channel:
         self.rank, self.world, self.ranks, self.name, self.slot = rank, world, ranks, name, slot
         self._mm = mm
         self._words = memoryview(mm).cast("q")          # int64 view of the whole segment
-        self._seq_at = [r * _LINE // 8 for r in range(world)]
-        self._pid_at = [r * _LINE // 8 + 1 for r in range(world)]
+        self._seq_at = [word(r, SEQ_WORD) for r in range(world)]
+        self._pid_at = [word(r, PID_WORD) for r in range(world)]
         # one vote word per bank: a rank that already votes on the next exchange must not
         # change the vote a slower peer is still reading
-        self._vote_at = [[r * _LINE // 8 + 2 + b for r in range(world)] for b in range(2)]
+        self._vote_at = [[word(r, VOTE_WORD) + b for r in range(world)] for b in range(2)]
         # what each rank sends in each bank (kind, dtype, op, element count): a rank whose
         # exchange disagrees is an error on every rank, never a wrong result
-        self._meta_at = [[r * _LINE // 8 + _META_AT + b for r in range(world)]
-                         for b in range(2)]
+        self._meta_at = [[word(r, META_WORD) + b for r in range(world)] for b in range(2)]
         # each rank's give-up mark: written before it raises out of an exchange, read by every
         # rank after each wait (a late arrival) and while it waits
-        self._gave_up_at = [r * _LINE // 8 + _GAVE_UP_AT for r in range(world)]
-        header = world * _LINE
+        self._gave_up_at = [word(r, GAVE_UP_WORD) for r in range(world)]  # 0: none; see _mark
+        header = world * LINE
         data = torch.frombuffer(mm, dtype=torch.uint8)[header:]
         self._banks = [data[b * world * slot:(b + 1) * world * slot].view(world, slot)
                        for b in range(2)]

@@ -33,8 +33,9 @@ SLOT_ENV = "TORCHAIR_DIST_SHM_SLOT_BYTES"
 DEFAULT_SLOT_BYTES = 1 << 20
 TIMEOUT_ENV = "TORCHAIR_DIST_SHM_TIMEOUT"
 LINE = 64                      # one cache line per rank: 8 int64 words
+# the words of a rank's line (the module docstring's layout; the protocol in :mod:`.shm`)
+SEQ_WORD, PID_WORD, VOTE_WORD, NONCE_WORD, META_WORD, GAVE_UP_WORD = 0, 1, 2, 4, 5, 7
 _MAGIC = 0x7464736d            # "tdsm"
-_NONCE_AT = 4                  # rank 0's line: seq, pid, two votes, then the setup nonce
 SEGMENT_PREFIX = "/dev/shm/torchair_dist_"
 
 
@@ -73,6 +74,11 @@ def _host_id() -> str:
     except OSError:
         boot = ""
     return f"{socket.gethostname()}/{boot}"
+
+
+def word(rank: int, field: int) -> int:
+    """Index of ``field`` (one of the ``*_WORD``) of ``rank``'s line in the int64 header."""
+    return rank * LINE // 8 + field
 
 
 def segment_bytes(world: int, slot: int) -> int:
@@ -187,15 +193,15 @@ def map_group(pg, ranks: List[int], name: str) -> Optional[Mapped]:
             except OSError as exc:
                 reason = f"cannot map {seg}: {exc}"
         if mm is not None:
-            struct.pack_into("q", mm, rank * LINE + 8, os.getpid())  # for peers' liveness
+            struct.pack_into("q", mm, word(rank, PID_WORD) * 8, os.getpid())  # for peers' liveness
             if rank == 0:
-                struct.pack_into("q", mm, _NONCE_AT * 8, _MAGIC ^ nonce)
+                struct.pack_into("q", mm, word(0, NONCE_WORD) * 8, _MAGIC ^ nonce)
         verdicts: List[object] = [None] * world
         dist.all_gather_object(verdicts, ("refused", refused) if refused else reason,
                                group=pg)
         if mm is not None and all(v is None for v in verdicts):
             # Everyone mapped it: does everyone see rank 0's nonce (the same memory)?
-            seen = struct.unpack_from("q", mm, _NONCE_AT * 8)[0] == _MAGIC ^ nonce
+            seen = struct.unpack_from("q", mm, word(0, NONCE_WORD) * 8)[0] == _MAGIC ^ nonce
             dist.all_gather_object(verdicts, None if seen else "does not see rank 0's segment",
                                    group=pg)
     except BaseException:
@@ -225,7 +231,7 @@ def map_group(pg, ranks: List[int], name: str) -> Optional[Mapped]:
                                                       sorted(failed.items())),
                       RuntimeWarning, stacklevel=2)
         return None
-    pids = [struct.unpack_from("q", mm, r * LINE + 8)[0] for r in range(world)]
+    pids = [struct.unpack_from("q", mm, word(r, PID_WORD) * 8)[0] for r in range(world)]
     watch = [process_exists(pid) for pid in pids]
     log.debug("shared-memory channel for group %s: %d ranks, %d bytes, peers watched: %s",
               name, world, size, watch)
