@@ -1,13 +1,11 @@
 """The GE lowering: ops without a converter are decomposed with PyTorch's tables before
-conversion, the fast paths are not, and runtime asserts are dropped with one DEBUG line."""
-import logging
-
+conversion, the fast paths are not; runtime asserts on values are kept as GE Asserts."""
+import pytest
 import torch
 import torch.nn.functional as F
 
 from torchair_dist import CompilerConfig, get_npu_backend
 from torchair_dist.backends.ge import lowering
-from torchair_dist.base.torch_support import torch_at_least
 
 
 def _compile(fn):
@@ -16,7 +14,9 @@ def _compile(fn):
                          fullgraph=True)
 
 
-def test_one_hot_router_asserts_dropped_with_a_debug_line(caplog, monkeypatch):
+def test_one_hot_router_keeps_its_runtime_assert(monkeypatch):
+    """one_hot's class-range check (``_assert_async``) is a GE Assert: kept, not dropped; a
+    class out of range raises as eager does (it returned a wrong mask before)."""
     monkeypatch.setenv("TORCHAIR_DIST_GE_VALIDATE", "1")
 
     def route(scores):
@@ -26,14 +26,33 @@ def test_one_hot_router_asserts_dropped_with_a_debug_line(caplog, monkeypatch):
 
     scores = torch.randn(10, 4)
     before = lowering.STATS["asserts_dropped"]
-    with caplog.at_level(logging.DEBUG, logger="torchair_dist.ge.lowering"):
-        out = _compile(route)(scores)
+    compiled = _compile(route)
+    out = compiled(scores)
     assert torch.equal(out, route(scores))
-    if not torch_at_least(2, 13):
-        return  # torch 2.11's one_hot traces without a runtime assert: nothing to drop
-    assert lowering.STATS["asserts_dropped"] > before
-    lines = [r.getMessage() for r in caplog.records if "dropped runtime assert" in r.getMessage()]
-    assert lines and all("_assert_async" in line for line in lines)
+    assert lowering.STATS["asserts_dropped"] == before
+
+
+def test_data_dependent_check_raises_as_eager():
+    """``torch._check`` on a data-dependent size is enforced by a GE Assert (before: a (0, 1)
+    result where eager raises)."""
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+
+    def f(x):
+        z = x.nonzero()
+        torch._check(z.size(0) == 4)
+        return z * 2
+
+    try:
+        compiled = _compile(f)
+        good = torch.tensor([1, 1, 1, 1])
+        assert torch.equal(compiled(good), f(good))
+        bad = torch.tensor([1, 0, 1, 0])
+        with pytest.raises(RuntimeError):
+            f(bad)
+        with pytest.raises(RuntimeError, match="Runtime assertion failed"):
+            compiled(bad)
+    finally:
+        torch._dynamo.config.capture_dynamic_output_shape_ops = False
 
 
 def test_unconverted_op_is_decomposed_but_fast_paths_are_kept(monkeypatch):

@@ -1,6 +1,7 @@
 """Graph validation run after the common passes, before any backend."""
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -11,7 +12,10 @@ from ..base.util import source_line
 
 _PY_OK = {operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv,
           operator.truediv, operator.mod, operator.neg, operator.eq, operator.ne, operator.lt,
-          operator.le, operator.gt, operator.ge, operator.pow}
+          operator.le, operator.gt, operator.ge, operator.pow, operator.abs, operator.pos,
+          operator.and_, operator.or_, operator.xor, operator.not_,
+          # Python builtins on symbolic sizes (round(n / 2), math.trunc(n / 3))
+          round, abs, math.trunc, math.floor, math.ceil}
 
 
 def _where(node: torch.fx.Node) -> str:

@@ -144,6 +144,49 @@ def _output_values(gm) -> List[Any]:
     return found
 
 
+class KeepInputVersions:
+    """A runner whose in-place writes of mutated inputs leave their version counters as they
+    found them.
+
+    AOT's runtime wrapper bumps the version of every input the graph mutates once per call
+    (``mutated_graph_handled_indices_seen_by_autograd``), as eager's one in-place op would:
+    it expects a compiled graph whose kernels write memory without telling autograd
+    (inductor's, a device graph's replay). Our runners on CPU, and the first call of a
+    capture, run aten's in-place ops, which bump the counter themselves: twice per call.
+    Autograd's saved-tensor checks and user code that watch ``_version`` would see another
+    program than eager's, so the graph's own bumps are undone here."""
+
+    _boxed_call = True
+
+    def __init__(self, runner: Callable, indices: Sequence[int]):
+        self.runner = runner
+        self.indices = tuple(indices)
+        self.boxed = getattr(runner, "_boxed_call", False)
+
+    def __call__(self, args):
+        watched = [args[i] for i in self.indices]
+        watched = [t for t in watched if isinstance(t, torch.Tensor) and not t.is_inference()]
+        versions = [t._version for t in watched]
+        outs = self.runner(args) if self.boxed else self.runner(*args)
+        if watched:
+            torch._C._autograd._unsafe_set_version_counter(tuple(watched), tuple(versions))
+        return outs
+
+    def __getattr__(self, name: str):  # name, capture_count, captures ... of the runner
+        return getattr(self.__dict__["runner"], name)
+
+
+def keep_input_versions(runner: Callable, keep_mutations: bool) -> Callable:
+    """``runner``, wrapped in :class:`KeepInputVersions` where AOT's runtime wrapper bumps the
+    versions of inputs the graph mutates (read while AOT compiles the graph)."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    indices = getattr(meta, "mutated_graph_handled_indices_seen_by_autograd", None)
+    if not keep_mutations or not indices:
+        return runner
+    return KeepInputVersions(runner, indices)
+
+
 def compile_with_aot(gm, example_inputs, compiler, decompositions: Dict):
     """AOT autograd with our compilers; inference graphs keep input mutations in-graph. An
     inference graph whose AOT runtime wrapper has nothing to do is called without it after

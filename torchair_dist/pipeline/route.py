@@ -19,6 +19,7 @@ from ..base.dumps import dumps_original_graph
 from ..base.graph_context import Backend, GraphContext, current_rank_and_world, eager_runner
 from ..errors import BackendUnavailableError
 from ..passes.graph_info import mutated_input_indices
+from .aot import keep_input_versions
 from ..base.util import on_dynamo_reset
 
 log = logging.getLogger("torchair_dist")
@@ -193,7 +194,11 @@ class NpuFxCompiler:
         for after, seen in _observers:
             if after is None:
                 seen.append(ctx)
-        return build_runner(ctx, original=original)
+        runner = build_runner(ctx, original=original)
+        if is_backward:
+            return runner
+        return keep_input_versions(
+            runner, cfg.get("experimental_config.keep_inference_input_mutations"))
 
     def inference(self, gm, example_inputs):
         return self(gm, example_inputs, is_inference=True)

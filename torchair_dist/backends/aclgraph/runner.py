@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from ...base.layout import same_layout_copy, written_part
 from ...platform.interfaces import CaptureFactory
 from ..context import GraphContext
 from . import report
@@ -157,8 +158,12 @@ class AclGraphRunner:
         key_name = self.report_key(key)
         cap.replays = report.replay_cell(self.name, key_name)
         report.captured(self.name, key_name, reason, recapture)
-        cap.fast = (cap.reads_caller_inputs, cap.static_inputs, tuple(cap.copy_indices),
-                    self.clone_input, cap.graph.replay, cap.outputs, cap.replays, self.name,
+        expanded = tuple(i for i in cap.copy_indices
+                         if written_part(cap.static_inputs[i]) is not cap.static_inputs[i])
+        cap.fast = (cap.reads_caller_inputs, cap.static_inputs,
+                    tuple(i for i in cap.copy_indices if i not in expanded),
+                    tuple((i, written_part) for i in expanded), self.clone_input,
+                    cap.graph.replay, cap.outputs, cap.replays, self.name,
                     key_name)
         self._install_fast(key, cap)
         return self._returned(cap, outputs)
@@ -176,7 +181,7 @@ class AclGraphRunner:
         if cap.reads_caller_inputs:
             # The graph's own replay from the caller's inputs: with at most one capture in the
             # pool (above) there is no later capture whose outputs a replay must overwrite.
-            self._fast[key] = cap.fast[:4] + (cap.graph.replay_sole,) + cap.fast[5:]
+            self._fast[key] = cap.fast[:5] + (cap.graph.replay_sole,) + cap.fast[6:]
         else:
             self._fast[key] = cap.fast
 
@@ -226,9 +231,7 @@ class AclGraphRunner:
         copy_indices = [i for i in self.user_indices if isinstance(args[i], torch.Tensor)]
         if self.clone_input:
             for i in copy_indices:
-                buf = torch.empty_like(args[i], memory_format=torch.contiguous_format)
-                buf.copy_(args[i])
-                static_inputs[i] = buf
+                static_inputs[i] = same_layout_copy(args[i])
         pinned = {i: args[i].data_ptr() for i in self.mutated_indices
                   if isinstance(args[i], torch.Tensor)}
         graph = self.graph_factory()
@@ -280,13 +283,15 @@ _SCALARS = (int, float, bool)
 # counted and logged at DEBUG (the logger's level cache answers without a call) and the
 # captured outputs returned. Both ``replay(A, C)`` and the body of ``entry`` are this text.
 _REPLAY_BODY = """\
-    reads, static, indices, clone, replay, outputs, replays, name, key_name = C
+    reads, static, indices, narrowed, clone, replay, outputs, replays, name, key_name = C
     if reads:
         replay(A)
     else:
         for i in indices:
             if clone or A[i].data_ptr() != static[i].data_ptr():
                 static[i].copy_(A[i])
+        for i, part in narrowed:
+            part(static[i]).copy_(part(A[i]))
         replay()
     replays[0] += 1
     if level_cache.get(10) is not False and log.isEnabledFor(10):

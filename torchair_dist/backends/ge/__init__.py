@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from ...base.envvars import env_flag
+from ...base.layout import OutputLayout, output_layouts
 from ...base.util import input_device
 from ..context import Backend, GraphContext, boxed
 from .fx2ge import ConvertedGraph, convert_graph
@@ -110,7 +111,8 @@ def run_step(build: GeBuild) -> GeBuild:
                              transport=ctx.transport, options=build.cann)
     converted = _converted(build)
     runtime.load(converted.model.SerializeToString())
-    return dataclasses.replace(build, runner=make_runner(converted, runtime))
+    return dataclasses.replace(build, runner=make_runner(converted, runtime,
+                                                         output_layouts(ctx.gm)))
 
 
 def export_step(build: GeBuild) -> GeBuild:
@@ -160,8 +162,35 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def make_runner(converted: ConvertedGraph, runtime: Any):
-    """The boxed FX-convention runner around a loaded GE runtime."""
+def make_runner(converted: ConvertedGraph, runtime: Any,
+                layouts: Optional[List[Optional[OutputLayout]]] = None):
+    """The boxed FX-convention runner around a loaded GE runtime. ``layouts``: per output,
+    the layout the FX graph says it has (eager's); GE computes dense row-major tensors, so an
+    output laid out otherwise (channels_last, permuted, a strided buffer) is copied into that
+    layout after the run."""
+    runner = _make_runner(converted, runtime)
+    fixes = tuple((i, layout) for i, layout in enumerate(layouts or ())
+                  if layout is not None and _needs_check(layout))
+    if not fixes:
+        return runner
+
+    def laid_out(args: List[Any]):
+        outs = list(runner(args))
+        for i, layout in fixes:
+            outs[i] = layout.conform(outs[i])
+        return outs
+    return boxed(laid_out)
+
+
+def _needs_check(layout: OutputLayout) -> bool:
+    """Whether GE's dense row-major result can differ from ``layout``."""
+    if layout.order is not None:
+        return layout.order != tuple(range(len(layout.order)))
+    size, stride, offset = layout.exact
+    return not layout.matches(torch.empty(size, device="meta")) or offset != 0
+
+
+def _make_runner(converted: ConvertedGraph, runtime: Any):
     sym_positions = [i for i, kind in enumerate(converted.inputs) if kind == "sym"]
     fed = [i for i, kind in enumerate(converted.inputs) if kind != "opaque"]
     if len(fed) == len(converted.inputs):

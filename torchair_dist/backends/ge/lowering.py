@@ -8,11 +8,13 @@ trace, and every op that has a converter (matmuls, attention, norms, collectives
 updates: the fast paths) is kept as it is. The traced nodes replace the original node in place
 (their ``meta["val"]`` comes from the same fake mode), so the converters see an ordinary graph.
 
-Runtime asserts (``aten._assert_async``, ``aten._assert_scalar``, ...) and error checks
-(``aten._linalg_check_errors``, which AOT wraps in ``with_effects``) are dropped here: in
-inference they only re-check what the inputs already satisfy (e.g. ``one_hot``'s class range),
-a failed check cannot be reported by an NPU graph except by aborting it, and GE's ``Assert`` would
-need a host round trip per step. Each dropped assert gets one DEBUG line.
+Runtime asserts on values (``torch._check`` on a data-dependent size: ``aten._assert_scalar``;
+``torch._assert_async``) are kept: they become GE ``Assert`` ops (a failed one raises, as eager
+does, instead of a result of another shape). Metadata asserts and size-range constraints
+(``_assert_tensor_metadata``, ``sym_constrain_range*``: what Dynamo's guards already hold) and
+the error checks AOT wraps in ``with_effects`` (``aten._linalg_check_errors``: a singular matrix)
+are dropped here, each with one DEBUG line; the latter is a known difference from eager, which
+raises for a singular input where the GE graph returns inf/nan.
 """
 from __future__ import annotations
 
@@ -29,8 +31,7 @@ log = logging.getLogger("torchair_dist.ge.lowering")
 aten = torch.ops.aten
 
 STATS = {"decomposed": 0, "asserts_dropped": 0}
-ASSERTS = frozenset({aten._assert_async.default, aten._assert_async.msg,
-                     aten._assert_scalar.default, aten._assert_tensor_metadata.default,
+ASSERTS = frozenset({aten._assert_tensor_metadata.default,
                      aten.sym_constrain_range.default, aten.sym_constrain_range_for_size.default,
                      aten._functional_assert_async.msg, aten._functional_assert_scalar.default})
 

@@ -240,6 +240,26 @@ def _declared(ge_type: int) -> Optional[torch.dtype]:
         return None
 
 
+def as_ge_returns(outs: List[Any], inputs: Sequence[Any]) -> List[Any]:
+    """GE hands back every output as a dense row-major tensor in memory of its own. The torch
+    kernels here may return a view (of an input: its later mutation would show through the
+    output) or a permuted layout; such an output is copied."""
+    for k, out in enumerate(outs):
+        if not isinstance(out, torch.Tensor):
+            continue
+        if not out.is_contiguous():
+            outs[k] = out.contiguous()
+        elif out._is_view() and _shares_an_input(out, inputs):
+            outs[k] = out.clone()
+    return outs
+
+
+def _shares_an_input(out: torch.Tensor, inputs: Sequence[Any]) -> bool:
+    ptr = out.untyped_storage().data_ptr()
+    return any(isinstance(i, torch.Tensor) and i.untyped_storage().data_ptr() == ptr
+               for i in inputs)
+
+
 def _check_dtypes(what, *values) -> None:
     """Raise when a kernel returned another dtype than the op's output desc declares."""
     op_type, name, want = what
@@ -294,7 +314,10 @@ def generate(model: ModelDef, device: torch.device = torch.device("cpu"), overla
             if "pending" in state:
                 scope["_finish"] = state["finish"]
                 lines.append("_finish()")
-            lines.append(f"return [{', '.join(args)}]")
+            scope["_as_ge_returns"] = as_ge_returns
+            data_vars = {var[f"{o.name}:0"] for o in order if o.type in ("Data", "RefData")}
+            outs = [f"{a}.clone()" if a in data_vars else a for a in args]
+            lines.append(f"return _as_ge_returns([{', '.join(outs)}], inputs)")
             break
         factory = KERNELS.get(op.type)
         if factory is None:

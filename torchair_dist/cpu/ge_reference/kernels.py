@@ -67,6 +67,18 @@ for _t, _fn in {"Add": operator.add, "Sub": operator.sub, "Mul": operator.mul,
         kernel(_t)(_fixed(_fn))
 
 
+@kernel("Assert")
+def _assert(spec: OpSpec):
+    message = spec.attr("_message") or ""
+    if isinstance(message, bytes):
+        message = message.decode()
+
+    def run(cond, *data):
+        if not bool(cond):
+            raise RuntimeError(message or f"Runtime assertion failed (GE op {spec.name})")
+    return run
+
+
 @kernel("AddN")
 def _add_n(spec: OpSpec):
     def run(*xs):

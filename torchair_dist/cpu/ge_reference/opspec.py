@@ -39,9 +39,14 @@ class OpSpec:
         return self.attrs.get(key, default)
 
 
+# Private attributes (``_name``, not GE's) a reference kernel reads: Assert's message.
+_KERNEL_READS = frozenset({"_message"})
+
+
 def op_spec(op: OpDef, consts: Dict[str, torch.Tensor],
             state: Optional[Dict[str, Any]] = None) -> OpSpec:
-    attrs = {k: decode_attr(v) for k, v in op.attr.items() if not k.startswith("_")}
+    attrs = {k: decode_attr(v) for k, v in op.attr.items()
+             if not k.startswith("_") or k in _KERNEL_READS}
     data_inputs = [i for i in op.input if not i.endswith(":-1")]
     const_in = {}
     for pos, inp in enumerate(data_inputs):

@@ -2,11 +2,14 @@
 ``sym_sum``), ``_local_scalar_dense``, and the asserts that convert to nothing."""
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, Optional
 
 import torch
 
+from ....errors import UnsupportedOpError
+from ..builder import TensorRef
 from .registry import register
 
 aten = torch.ops.aten
@@ -62,6 +65,37 @@ for _fn, _ge in [(operator.eq, "Equal"), (operator.ne, "NotEqual"), (operator.gt
     register([_fn], [_ge, "Const", "Cast"])(_sym_compare(_ge))
 
 
+# Python's float arithmetic on sizes (``round(n / 2)``, ``math.trunc(n / 3)``): a SymFloat is a
+# shape-[] float64 tensor (Python floats are doubles), turned back into int64 by the builtin.
+def _as_double(cx, v):
+    return cx.tensor(v, torch.float64)
+
+
+@register([operator.truediv], ["RealDiv", "Const", "Cast"])
+def _sym_truediv(cx, a, b):
+    return cx.emit1("RealDiv", [("x1", _as_double(cx, a)), ("x2", _as_double(cx, b))], None,
+                    (torch.float64, ()))
+
+
+def _to_int(ge_type: Optional[str]):
+    def conv(cx, x, ndigits=None):
+        if ndigits is not None:
+            raise UnsupportedOpError(f"round(..., {ndigits}) of a symbolic value "
+                                     f"(%{cx.node.name}): only round(x) is lowered")
+        if isinstance(x, TensorRef) and x.dtype == torch.int64:
+            return x
+        value = _as_double(cx, x)
+        if ge_type is not None:  # Round is half to even, as Python's round()
+            value = cx.emit1(ge_type, [("x", value)], None, (torch.float64, ()))
+        return cx.cast(value, torch.int64)  # Cast truncates toward zero, as math.trunc
+    return conv
+
+
+for _fn, _ge in [(round, "Round"), (math.trunc, None), (math.floor, "Floor"),
+                 (math.ceil, "Ceil")]:
+    register([_fn], [_ge or "Cast", "Cast", "Const"])(_to_int(_ge))
+
+
 @register([aten._local_scalar_dense.default], ["Reshape", "Cast", "Const"])
 def _local_scalar_dense(cx, x):
     """``tensor.item()``: a data-dependent scalar, kept as a shape-[] tensor like every symbol."""
@@ -83,7 +117,26 @@ def _sym_sum(cx, *values):
 
 
 # -- graph annotations that compute nothing ---------------------------------------------------
-@register([aten._assert_tensor_metadata.default, aten._assert_scalar.default,
-           aten.sym_constrain_range_for_size.default], [])
+@register([aten._assert_scalar.default, aten._assert_async.default, aten._assert_async.msg],
+          ["Assert", "Const", "Cast", "Reshape"])
+def _assert_scalar(cx, cond, message=None):
+    """``torch._check(...)`` on a data-dependent value (and the runtime asserts torch adds for
+    unbacked sizes): a GE ``Assert`` the graph's output depends on, so a run whose condition
+    is false raises as eager does instead of returning a result of the wrong shape."""
+    if isinstance(cond, bool) or not isinstance(cond, TensorRef):
+        if not cond:
+            raise UnsupportedOpError(f"%{cx.node.name}: the assertion {message!r} is always false")
+        return None
+    if len(cond.shape) != 0:  # _assert_async of a one-element tensor
+        cond = cx.reshape(cond, [], ())
+    cond = cx.cast(cond, torch.bool)
+    cx.emit("Assert", [("input_condition", cond), ("input_data", [cond])], None, [])
+    op = cx.b.graph.op[-1]
+    op.attr["_message"].s = str(message or "").encode()
+    cx.keep_alive.append(op.name)
+    return None
+
+
+@register([aten._assert_tensor_metadata.default, aten.sym_constrain_range_for_size.default], [])
 def _no_op(cx, *args, **kwargs) -> Optional[Any]:
     return None

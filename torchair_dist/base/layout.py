@@ -1,0 +1,137 @@
+"""Tensor layouts as eager has them: sizes, strides and storage offset.
+
+A compiled graph must hand back what eager would: the same values *and* the same layout. A view,
+``as_strided`` or ``resize`` reads storage order; a caller's ``.view()`` needs eager's strides.
+
+- :func:`same_layout_copy`: a private copy of a tensor with its sizes, strides and storage
+  offset (a capture's static input buffer);
+- :func:`written_part`: a tensor with its expanded dims narrowed to one element (what a copy
+  into a buffer of that layout writes);
+- :class:`OutputLayout` / :func:`output_layouts`: what layout each output of an FX graph must
+  have (from the graph's example values, static or symbolic), and :meth:`OutputLayout.conform`,
+  which gives a tensor that layout where a backend produced another (GE returns dense
+  row-major tensors; eager may return channels_last or permuted ones).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, List, Optional, Sequence, Tuple
+
+import torch
+
+
+def written_part(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with its expanded dims (stride 0, size > 1) narrowed to one element."""
+    if all(s != 0 or n <= 1 for n, s in zip(x.size(), x.stride())):
+        return x
+    return x[tuple(slice(0, 1) if s == 0 and n > 1 else slice(None)
+                   for n, s in zip(x.size(), x.stride()))]
+
+
+def empty_with_layout(size: Sequence[int], stride: Sequence[int], offset: int,
+                      like: torch.Tensor) -> torch.Tensor:
+    """An uninitialised tensor with exactly these sizes, strides and storage offset."""
+    extent = 0 if any(n == 0 for n in size) else 1 + sum(
+        (n - 1) * s for n, s in zip(size, stride))
+    storage = torch.empty(offset + extent, dtype=like.dtype, device=like.device)
+    return storage.as_strided(tuple(size), tuple(stride), offset)
+
+
+def same_layout_copy(x: torch.Tensor) -> torch.Tensor:
+    """A private copy of ``x`` with its sizes, strides and storage offset. Expanded dims
+    (stride 0) are allocated and copied once; a tensor whose memory overlaps otherwise gets a
+    dense copy (such a layout cannot be written)."""
+    buf = empty_with_layout(x.size(), x.stride(), x.storage_offset(), x)
+    dst = written_part(buf)
+    if torch._debug_has_internal_overlap(dst) == 1:
+        buf = torch.empty_like(x, memory_format=torch.contiguous_format)
+        buf.copy_(x)
+        return buf
+    dst.copy_(written_part(x))
+    return buf
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputLayout:
+    """The layout one graph output must have.
+
+    ``exact``: (sizes, strides, storage offset), where the graph's example value has them as
+    plain integers; else ``order``: the dims from outermost to innermost of a dense tensor
+    (symbolic sizes: the strides follow from the run's sizes)."""
+
+    exact: Optional[Tuple[Tuple[int, ...], Tuple[int, ...], int]] = None
+    order: Optional[Tuple[int, ...]] = None
+
+    def matches(self, t: torch.Tensor) -> bool:
+        if self.exact is not None:
+            size, stride, offset = self.exact
+            return t.storage_offset() == offset and _same_strides(t.size(), t.stride(), stride)
+        return _same_strides(t.size(), t.stride(), _dense_strides(t.size(), self.order))
+
+    def conform(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` itself when it has this layout, else a copy that has it."""
+        if not isinstance(t, torch.Tensor) or self.matches(t):
+            return t
+        if self.exact is not None:
+            size, stride, offset = self.exact
+            if tuple(t.size()) != size:
+                return t  # not the shape traced (cannot happen for a static graph): leave it
+            out = empty_with_layout(size, stride, offset, t)
+        else:
+            out = torch.empty_permuted(t.size(), self.order, dtype=t.dtype, device=t.device)
+        written_part(out).copy_(written_part(t))
+        return out
+
+
+def _same_strides(size, actual, expected) -> bool:
+    """Strides equal where they matter: dims of size 1 may differ (no element moves)."""
+    if tuple(actual) == tuple(expected):
+        return True
+    if any(n == 0 for n in size):
+        return True  # an empty tensor has no layout to read
+    return all(n == 1 or a == e for n, a, e in zip(size, actual, expected))
+
+
+def _dense_strides(size, order: Sequence[int]) -> List[int]:
+    stride = [0] * len(size)
+    step = 1
+    for dim in reversed(order):
+        stride[dim] = step
+        step *= max(int(size[dim]), 1)
+    return stride
+
+
+def layout_of(value: Any) -> Optional[OutputLayout]:
+    """The layout of an example value (a fake tensor), or None where it says nothing a run
+    can be held to (not a tensor; symbolic and not dense)."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    size, stride = tuple(value.size()), tuple(value.stride())
+    offset = value.storage_offset()
+    plain = [*size, *stride, offset]
+    if all(isinstance(v, int) for v in plain):
+        return OutputLayout(exact=(size, stride, offset))
+    from .torch_support import symbolic_size_hint
+
+    hint = symbolic_size_hint()
+    try:
+        sizes = [int(hint(n)) for n in size]
+        strides = [int(hint(s)) for s in stride]
+    except Exception:  # noqa: BLE001 - an unbacked size has no hint: nothing to hold to
+        return None
+    order = tuple(sorted(range(len(size)), key=lambda d: (-strides[d], d)))
+    if _dense_strides(sizes, order) != strides and not _same_strides(
+            sizes, strides, _dense_strides(sizes, order)):
+        return None
+    return OutputLayout(order=order)
+
+
+def output_layouts(gm: torch.fx.GraphModule) -> List[Optional[OutputLayout]]:
+    """Per flat output of ``gm``: the layout its example value (``meta['val']``) has."""
+    found: List[Optional[OutputLayout]] = []
+    for node in gm.graph.find_nodes(op="output"):
+        outs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+        for out in outs:
+            value = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
+            found.append(layout_of(value))
+    return found
