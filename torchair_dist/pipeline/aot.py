@@ -17,6 +17,7 @@ or outputs), functionalized RNG, autocast at compile time, deduplicated or lifte
 from __future__ import annotations
 
 import logging
+import operator
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -145,46 +146,98 @@ def _output_values(gm) -> List[Any]:
 
 
 class KeepInputVersions:
-    """A runner whose in-place writes of mutated inputs leave their version counters as they
-    found them.
+    """A runner after which each input the graph mutates has eager's version counter.
 
-    AOT's runtime wrapper bumps the version of every input the graph mutates once per call
-    (``mutated_graph_handled_indices_seen_by_autograd``), as eager's one in-place op would:
-    it expects a compiled graph whose kernels write memory without telling autograd
-    (inductor's, a device graph's replay). Our runners on CPU, and the first call of a
-    capture, run aten's in-place ops, which bump the counter themselves: twice per call.
-    Autograd's saved-tensor checks and user code that watch ``_version`` would see another
-    program than eager's, so the graph's own bumps are undone here."""
+    Eager bumps a tensor's version once per in-place op on it or on a view of it. AOT's
+    runtime wrapper bumps each mutated input it tracks
+    (``mutated_graph_handled_indices_seen_by_autograd``) once per call, expecting kernels that
+    write memory without telling autograd (inductor's, a device graph's replay); our runners on
+    CPU, and a capture's first run, apply aten's in-place ops, which bump by themselves. So the
+    counter is set here to what eager would leave, less the bump AOT adds after us: autograd's
+    saved-tensor checks and user code that watch ``_version`` see eager's program."""
 
     _boxed_call = True
 
-    def __init__(self, runner: Callable, indices: Sequence[int]):
+    def __init__(self, runner: Callable, bumps: Dict[int, int], aot_bumps: Sequence[int]):
         self.runner = runner
-        self.indices = tuple(indices)
+        self.bumps = tuple((i, n - (1 if i in set(aot_bumps) else 0))
+                           for i, n in sorted(bumps.items()))
         self.boxed = getattr(runner, "_boxed_call", False)
 
     def __call__(self, args):
-        watched = [args[i] for i in self.indices]
-        watched = [t for t in watched if isinstance(t, torch.Tensor) and not t.is_inference()]
-        versions = [t._version for t in watched]
+        watched = [(args[i], n) for i, n in self.bumps
+                   if isinstance(args[i], torch.Tensor) and not args[i].is_inference()]
+        targets = [t._version + n for t, n in watched]
         outs = self.runner(args) if self.boxed else self.runner(*args)
         if watched:
-            torch._C._autograd._unsafe_set_version_counter(tuple(watched), tuple(versions))
+            torch._C._autograd._unsafe_set_version_counter(tuple(t for t, _ in watched),
+                                                          tuple(targets))
         return outs
 
     def __getattr__(self, name: str):  # name, capture_count, captures ... of the runner
         return getattr(self.__dict__["runner"], name)
 
 
-def keep_input_versions(runner: Callable, keep_mutations: bool) -> Callable:
-    """``runner``, wrapped in :class:`KeepInputVersions` where AOT's runtime wrapper bumps the
-    versions of inputs the graph mutates (read while AOT compiles the graph)."""
+_NOT_WRITES = frozenset({"requires_grad_", "share_memory_", "retain_grad_", "record_stream_"})
+
+
+def eager_version_bumps(gm: torch.fx.GraphModule) -> Optional[Dict[int, int]]:
+    """Per placeholder of Dynamo's graph: how many in-place ops the program applies to it or
+    to a view of it (eager bumps its version once each), read from the example values'
+    storages. None where the graph has no example values to read."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def storage(node):
+        value = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+        if not isinstance(value, torch.Tensor):
+            return None
+        try:
+            return StorageWeakRef(value.untyped_storage())
+        except Exception:  # noqa: BLE001 - a tensor subclass without one storage
+            return None
+
+    owners: Dict[Any, int] = {}
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    for i, node in enumerate(placeholders):
+        ref = storage(node)
+        if ref is not None:
+            owners.setdefault(ref, i)
+    if not owners:
+        return None
+    bumps: Dict[int, int] = {}
+    for node in gm.graph.nodes:
+        written = None
+        if node.op == "call_method" and node.target.endswith("_") \
+                and not node.target.endswith("__") and node.target not in _NOT_WRITES:
+            written = node.args[0]
+        elif node.op == "call_function" and node.target is operator.setitem:
+            written = node.args[0]
+        elif node.op == "call_function" and isinstance(node.kwargs.get("out"), torch.fx.Node):
+            written = node.kwargs["out"]
+        elif node.op == "call_function" and getattr(node.target, "__name__", "").endswith("_") \
+                and not getattr(node.target, "__name__", "").endswith("__") and node.args:
+            written = node.args[0]
+        index = owners.get(storage(written)) if written is not None else None
+        if index is not None:
+            bumps[index] = bumps.get(index, 0) + 1
+    return bumps
+
+
+def keep_input_versions(runner: Callable, keep_mutations: bool,
+                        bumps: Optional[Dict[int, int]] = None) -> Callable:
+    """``runner``, wrapped in :class:`KeepInputVersions` where it mutates inputs (read while
+    AOT compiles the graph). ``bumps``: :func:`eager_version_bumps` of Dynamo's graph (None:
+    one bump per mutated input, AOT's count)."""
     ctx = torch._guards.TracingContext.try_get()
     meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
-    indices = getattr(meta, "mutated_graph_handled_indices_seen_by_autograd", None)
-    if not keep_mutations or not indices:
+    if meta is None or not keep_mutations:
         return runner
-    return KeepInputVersions(runner, indices)
+    mutated = [i for i, info in enumerate(meta.input_info) if info.mutates_data]
+    if not mutated:
+        return runner
+    aot = list(meta.mutated_graph_handled_indices_seen_by_autograd or ())
+    counts = {i: max((bumps or {}).get(i, 1), 1) for i in mutated}
+    return KeepInputVersions(runner, counts, aot)
 
 
 def compile_with_aot(gm, example_inputs, compiler, decompositions: Dict):
@@ -207,6 +260,7 @@ def compile_with_aot(gm, example_inputs, compiler, decompositions: Dict):
 
     keep = compiler.config.get("experimental_config.keep_inference_input_mutations")
     kept = ineligible(gm, example_inputs)
+    compiler.version_bumps = eager_version_bumps(gm)
     seen: Dict[str, Any] = {}
 
     def inference(g, ex):

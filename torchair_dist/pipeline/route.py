@@ -181,6 +181,8 @@ class NpuFxCompiler:
     def __init__(self, config: CompilerConfig):
         self.config = config
         self.compiled: List[GraphContext] = []  # every graph this compiler saw (debug/tests)
+        # per input of Dynamo's graph: eager's version bumps per call (pipeline.aot)
+        self.version_bumps: Optional[Dict[int, int]] = None
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs, is_inference: bool = True,
                  is_backward: bool = False):
@@ -198,7 +200,8 @@ class NpuFxCompiler:
         if is_backward:
             return runner
         return keep_input_versions(
-            runner, cfg.get("experimental_config.keep_inference_input_mutations"))
+            runner, cfg.get("experimental_config.keep_inference_input_mutations"),
+            self.version_bumps)
 
     def inference(self, gm, example_inputs):
         return self(gm, example_inputs, is_inference=True)

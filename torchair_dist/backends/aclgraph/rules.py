@@ -46,20 +46,29 @@ def _crosses_devices(node: torch.fx.Node) -> bool:
 
 def _data_dependent(node: torch.fx.Node) -> bool:
     """The op needs its input data on the host: always for ``data_dependent_output`` ops
-    (``.item()``); for ``dynamic_output_shape`` ops only where this call's output size is
-    unknown until run time (unbacked symbols: ``nonzero``, a boolean-mask ``index``), not where
-    the tag is about another call pattern (``index`` with integer indices has a known shape)."""
+    (``.item()``) and ``dynamic_output_shape`` ops (``nonzero``, ``unique``); for the
+    ``index`` family only where this call's output size is unknown until run time (a
+    boolean mask: unbacked symbols), not with integer indices (a known shape)."""
     tags = node.target.tags
     if torch.Tag.data_dependent_output in tags:
         return True
     if torch.Tag.dynamic_output_shape not in tags:
         return False
+    if not target_name(node.target).startswith("index"):
+        # nonzero, masked_select, unique ...: the size always comes from the data, even where
+        # a torch._check made the graph's example value concrete (a capture would freeze it
+        # and skip the check on every replay)
+        return True
     val = node.meta.get("val")
     if val is None:
         return True  # no shape information: assume the worst
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     return bool(free_unbacked_symbols(val))
+
+
+def target_name(target) -> str:
+    return target._schema.name.split("::")[-1]
 
 
 def node_rule(node: torch.fx.Node) -> Optional[Uncapturable]:
