@@ -114,6 +114,10 @@ def _versions(values: List[Any]) -> List[int]:
     return [v._version if isinstance(v, torch.Tensor) else -1 for v in values]
 
 
+def _buffers(module: torch.nn.Module) -> List[torch.Tensor]:
+    return list(module.buffers())
+
+
 def _run(fn, args):
     try:
         return fn(*args), None
@@ -127,7 +131,7 @@ def _check_program(prog: Program, mode: str, dynamic: bool) -> None:
         eager_module, our_module = prog.module(), prog.module()
         our_module.load_state_dict(eager_module.state_dict())
         eager_fn = eager_module
-        state = (lambda m: list(m.buffers()))
+        state = _buffers
         compiled = torch.compile(our_module, backend=_backend(mode), dynamic=dynamic)
     else:
         eager_module = our_module = None
