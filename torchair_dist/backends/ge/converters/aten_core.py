@@ -62,12 +62,6 @@ register([aten.fmod.Tensor, aten.fmod.Scalar, prims.fmod.default],
          ["Mod", "Cast", "Const"])(_binary("Mod"))
 register([aten.nextafter.default, prims.nextafter.default],
          ["NextAfter", "Cast", "Const"])(_binary("NextAfter", out_port="output"))
-register([aten.bitwise_left_shift.Tensor, prims.shift_left.default],
-         ["LeftShift", "Cast", "Const"])(_binary("LeftShift", ("x", "y"), "z"))
-register([aten.bitwise_right_shift.Tensor, prims.shift_right_arithmetic.default],
-         ["RightShift", "Cast", "Const"])(_binary("RightShift", ("x", "y"), "z"))
-
-
 @register([aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, prims.bitwise_xor.default,
            aten.logical_xor.default], ["BitwiseXor", "NotEqual", "Cast", "Const"])
 def _xor(cx, a, b):
@@ -89,23 +83,6 @@ def _is(ge_type: str):
 
 register([aten.isnan.default], ["IsNan", "Fill", "Cast", "Const"])(_is("IsNan"))
 register([aten.isinf.default], ["IsInf", "Fill", "Cast", "Const"])(_is("IsInf"))
-
-
-@register([prims.signbit.default, aten.signbit.default],
-          ["Less", "Equal", "RealDiv", "LogicalAnd", "LogicalOr", "Fill", "Cast", "Const"])
-def _signbit(cx, x):
-    """x < 0, or x == -0.0 (1 / -0.0 = -inf): the sign bit of IEEE floats."""
-    b = (torch.bool, x.shape)
-    if not x.dtype.is_floating_point:
-        return cx.emit1("Less", [("x1", x), ("x2", cx.const(0, x.dtype))], desc=b)
-    x = cx.cast(x, cx.work_dtype("RealDiv", x.dtype))
-    zero = cx.const(0.0, x.dtype)
-    neg = cx.emit1("Less", [("x1", x), ("x2", zero)], desc=b)
-    inv = cx.emit1("RealDiv", [("x1", cx.const(1.0, x.dtype)), ("x2", x)], desc=(x.dtype, x.shape))
-    negzero = cx.emit1("LogicalAnd", [("x1", cx.emit1("Equal", [("x1", x), ("x2", zero)], desc=b)),
-                                      ("x2", cx.emit1("Less", [("x1", inv), ("x2", zero)],
-                                                      desc=b))], desc=b)
-    return cx.emit1("LogicalOr", [("x1", neg), ("x2", negzero)], desc=b)
 
 
 # -- prims twins of ops that already have an aten converter -----------------------------------
