@@ -69,6 +69,11 @@ class GeRuntimeError(TorchairDistError, RuntimeError):
     reference executor)."""
 
 
+class EagerOpError(TorchairDistError, RuntimeError):
+    """An op of a compiled graph that eager refuses for these inputs (a matmul of two dtypes):
+    raised when the compiled graph is called, as eager raises it, with eager's message."""
+
+
 class NotCacheableError(TorchairDistError):
     """A compiled function cannot be stored in the compile cache (it still runs; nothing is
     saved); the message says what in it cannot be stored."""

@@ -128,3 +128,27 @@ def test_adaptive_avg_pool3d_sums_each_window(size):  # converter in aten_resamp
 def test_grid_sampler_3d(mode, padding):
     x, grid = _r(2, 3, 4, 5, 6), _r(2, 3, 4, 2, 3, seed=1) * 1.2
     _close(lambda a, g: F.grid_sample(a, g, mode, padding, align_corners=False), x, grid)
+
+
+@pytest.mark.parametrize("rank,transposed,lists", [
+    (2, False, ([1], [0], [1])), (2, False, ([2], [1], [2])), (3, False, ([1], [0], [1])),
+    (3, False, ([2], [1], [1])), (2, True, ([2], [1], [1])), (1, False, ([2], [1], [1])),
+    (3, True, ([2], [0], [1]))])
+def test_convolution_one_element_lists(rank, transposed, lists):
+    """issue 41: aten.convolution broadcasts a one-element stride/padding/dilation to every
+    spatial dim (the reference executor crashed: 'expected 4, got 2')."""
+    stride, padding, dilation = lists
+    x = _r(1, 2, *([5] * rank), seed=1)
+    w = _r(*((2, 3) if transposed else (3, 2)), *([3] * rank), seed=2)
+    out_pad = [1] if transposed and stride[0] > 1 else [0]
+    dtype = torch.float16 if transposed and rank == 3 else torch.float32
+
+    def fn(x, w):
+        return torch.ops.aten.convolution(x.to(dtype), w.to(dtype), None, stride, padding, dilation,
+                                          transposed, out_pad, 1)
+
+    out, _, _ = ge_roundtrip(fn, x, w)
+    ref = fn(x.double(), w.double()) if dtype == torch.float32 else _half_ref(fn)(x, w)
+    assert out[0].shape == ref.shape and out[0].dtype == ref.dtype
+    tol = 1e-4 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(out[0], ref.to(out[0].dtype), rtol=tol, atol=tol)

@@ -200,6 +200,12 @@ def _make_runner(converted: ConvertedGraph, runtime: Any):
     plain = not sym_positions and not mutations and fed is None and all(
         k == "ge" for k, _ in outputs)
     run = runtime.run
+    if converted.call_errors:  # eager refuses these inputs: so does every call
+        cls, message = converted.call_errors[0]
+
+        def refuse(args: List[Any]):
+            raise cls(message)
+        return boxed(refuse)
 
     if plain:
         def runner(args: List[Any]):

@@ -14,6 +14,7 @@ from .builder import GraphBuilder, TensorRef, set_attr
 from .converters import lookup, target_key
 from .converters.aten_update import check_planned, plan_inplace
 from .converters.context import ConvertContext, meta_desc
+from .eager_checks import call_errors
 from .lowering import decompose_unconverted, refusal_reason
 from .proto import ModelDef
 
@@ -43,6 +44,9 @@ class ConvertedGraph:
     # ([qualified path, module class], outermost first; only nodes that have one)
     op_nodes: Dict[str, str] = dataclasses.field(default_factory=dict)
     module_stacks: Dict[str, List[List[str]]] = dataclasses.field(default_factory=dict)
+    # (class, message) of what eager raises for these inputs (:mod:`.eager_checks`): the runner
+    # raises the first on every call
+    call_errors: List[Tuple[type, str]] = dataclasses.field(default_factory=list)
 
 
 def source_line(node: torch.fx.Node) -> str:
@@ -94,6 +98,11 @@ def convert_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph
     KV-cache style indexed updates are in place either way (:func:`plan_inplace`)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+    refused = call_errors(gm)  # before decomposing: mv's decomposition has no dtype check
+    if refused:  # every call raises eager's error: nothing to convert (a converter may refuse)
+        b = GraphBuilder(graph_name)
+        b.net_output([])
+        return ConvertedGraph(b.model(graph_name), [], [], [], gm.code, call_errors=refused)
     decompose_unconverted(gm)
     check_supported(gm, graph_name)
     with unset_fake_temporarily():  # Const values must be real tensors even under AOT's fake mode

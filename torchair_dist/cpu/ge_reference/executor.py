@@ -37,7 +37,8 @@ from ...base.envvars import env_flag
 from ...platform.interfaces import GeRuntime
 from ...base.util import without_function_modes
 from ..concurrency import StreamOrder, reorder, stream_order
-from . import kernels_conv, kernels_core, kernels_dynamic, kernels_fft, kernels_hcom, kernels_shape  # noqa: F401  (fill KERNELS)
+from . import (kernels_conv, kernels_core, kernels_dynamic, kernels_fft, kernels_grad,  # noqa: F401
+               kernels_hcom, kernels_shape)  # (fill KERNELS)
 from .kernels import ASYNC, KERNELS, WRITES_INPUT
 from .opspec import GeRuntimeError, decode_tensor, op_spec
 

@@ -153,12 +153,14 @@ def _gelu(spec: OpSpec):
 @kernel("Cast")
 def _cast(spec: OpSpec):
     dtype = torch_dtype(spec.attr("dst_type"))
-    return lambda x: x.to(dtype)
+    return lambda x: x.to(dtype, copy=True)  # a new tensor even when the type is unchanged
 
 
 @kernel("Identity")
 def _identity(spec: OpSpec):
-    return lambda x: x
+    """GE's Identity produces a new tensor: never the input object itself, or an in-place
+    update of the input made after the graph ran would show through the output."""
+    return lambda x: x.clone()
 
 
 @kernel("TensorMove")
@@ -201,8 +203,8 @@ def _reduce(spec: OpSpec):
 
     def run(x, axes_in):
         dims = axes if axes is not None else tuple(ints(axes_in))
-        if not dims:  # GE: empty axes reduce nothing
-            return x
+        if not dims:  # GE: empty axes reduce nothing (still a new tensor)
+            return x.clone()
         return fn(x, dim=dims, keepdim=keep)
     return run
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from ...backends.ge.dtypes import torch_dtype
 from .kernels import _fixed, kernel
 from .opspec import GeRuntimeError, OpSpec
 
@@ -18,6 +19,26 @@ for _t, _fn in {"Acos": torch.acos, "Asin": torch.asin, "Atan": torch.atan,
                 "LeftShift": torch.bitwise_left_shift, "RightShift": torch.bitwise_right_shift,
                 "IsNan": torch.isnan, "IsInf": torch.isinf, "Square": torch.square}.items():
     kernel(_t)(_fixed(_fn))
+
+
+@kernel("Bitcast")
+def _bitcast(spec: OpSpec):
+    """x's bytes read as ``type`` (TF semantics): a narrower type adds a trailing dimension of
+    the size ratio, a wider one consumes a trailing dimension of that size."""
+    dtype = torch_dtype(spec.attr("type"))
+
+    def run(x):
+        src, dst = x.element_size(), dtype.itemsize
+        x = x.contiguous()
+        if src == dst:
+            return x.view(dtype).clone()
+        if src > dst:
+            return x.reshape(x.shape + (1,)).view(dtype).clone()
+        if not x.dim() or x.shape[-1] != dst // src:
+            raise GeRuntimeError(f"Bitcast {spec.name!r}: {x.dtype} -> {dtype} needs a last "
+                                 f"dimension of {dst // src}, got shape {tuple(x.shape)}")
+        return x.view(dtype).squeeze(-1).clone()
+    return run
 
 
 @kernel("Cumprod")

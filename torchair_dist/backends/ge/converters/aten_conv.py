@@ -20,6 +20,13 @@ from .registry import register
 aten = torch.ops.aten
 
 
+def spatial_list(values, n: int) -> list:
+    """A conv/pool int list for ``n`` spatial dims: a one-element list (or an int) applies to
+    every dim, as in eager."""
+    values = [values] if isinstance(values, int) else list(values)
+    return values * n if len(values) == 1 else values
+
+
 def _as_2d(cx, t, shape):
     """[N, C, L] -> [N, C, 1, L] (and a weight [O, I, K] -> [O, I, 1, K])."""
     new = (shape[0], shape[1], 1, shape[2])
@@ -39,8 +46,9 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
         raise UnsupportedOpError(f"%{cx.node.name}: a {rank - 2}-D convolution has no GE "
                                  "lowering (1-D, 2-D and 3-D do)")
     dtype, shape = cx.out()
-    stride, padding, dilation = list(stride), list(padding), list(dilation)
-    output_padding = list(output_padding or [0] * (rank - 2))
+    n = rank - 2  # torch broadcasts a one-element stride/padding/dilation to every dim
+    stride, padding, dilation = (spatial_list(v, n) for v in (stride, padding, dilation))
+    output_padding = spatial_list(output_padding or [0], n)
     weight = cx.cast(weight, x.dtype)
     out = tuple(shape)
     if rank == 3:

@@ -62,12 +62,6 @@ register([aten.fmod.Tensor, aten.fmod.Scalar, prims.fmod.default],
          ["Mod", "Cast", "Const"])(_binary("Mod"))
 register([aten.nextafter.default, prims.nextafter.default],
          ["NextAfter", "Cast", "Const"])(_binary("NextAfter", out_port="output"))
-register([aten.bitwise_left_shift.Tensor, prims.shift_left.default],
-         ["LeftShift", "Cast", "Const"])(_binary("LeftShift", ("x", "y"), "z"))
-register([aten.bitwise_right_shift.Tensor, prims.shift_right_arithmetic.default],
-         ["RightShift", "Cast", "Const"])(_binary("RightShift", ("x", "y"), "z"))
-
-
 @register([aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, prims.bitwise_xor.default,
            aten.logical_xor.default], ["BitwiseXor", "NotEqual", "Cast", "Const"])
 def _xor(cx, a, b):
@@ -89,23 +83,6 @@ def _is(ge_type: str):
 
 register([aten.isnan.default], ["IsNan", "Fill", "Cast", "Const"])(_is("IsNan"))
 register([aten.isinf.default], ["IsInf", "Fill", "Cast", "Const"])(_is("IsInf"))
-
-
-@register([prims.signbit.default, aten.signbit.default],
-          ["Less", "Equal", "RealDiv", "LogicalAnd", "LogicalOr", "Fill", "Cast", "Const"])
-def _signbit(cx, x):
-    """x < 0, or x == -0.0 (1 / -0.0 = -inf): the sign bit of IEEE floats."""
-    b = (torch.bool, x.shape)
-    if not x.dtype.is_floating_point:
-        return cx.emit1("Less", [("x1", x), ("x2", cx.const(0, x.dtype))], desc=b)
-    x = cx.cast(x, cx.work_dtype("RealDiv", x.dtype))
-    zero = cx.const(0.0, x.dtype)
-    neg = cx.emit1("Less", [("x1", x), ("x2", zero)], desc=b)
-    inv = cx.emit1("RealDiv", [("x1", cx.const(1.0, x.dtype)), ("x2", x)], desc=(x.dtype, x.shape))
-    negzero = cx.emit1("LogicalAnd", [("x1", cx.emit1("Equal", [("x1", x), ("x2", zero)], desc=b)),
-                                      ("x2", cx.emit1("Less", [("x1", inv), ("x2", zero)],
-                                                      desc=b))], desc=b)
-    return cx.emit1("LogicalOr", [("x1", neg), ("x2", negzero)], desc=b)
 
 
 # -- prims twins of ops that already have an aten converter -----------------------------------
@@ -257,18 +234,41 @@ def _broadcast_in_dim(cx, a, shape, broadcast_dimensions):
     return cx.emit1("BroadcastTo", [("x", y), ("shape", cx.int_list(shape))])
 
 
+def _dense(shape, stride) -> bool:
+    """Whether the elements fill their storage span exactly once (some permutation of the
+    dims is contiguous)."""
+    expected = 1
+    for d in sorted((d for d in range(len(shape)) if shape[d] != 1), key=lambda d: stride[d]):
+        if stride[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
+
+
 @register([aten.as_strided.default, aten.as_strided_copy.default], ["GatherV2", "Reshape",
-                                                                      "Const", "Cast"])
+                                                                      "Transpose", "Const", "Cast"])
 def _as_strided(cx, x, size, stride, storage_offset=None):
-    """A view with explicit strides of a contiguous tensor: GatherV2 of its flattened elements
-    at the (Const) linear offsets; static shapes only."""
+    """A view with explicit strides: GatherV2 of the input's elements in STORAGE order (eager's
+    as_strided reads the storage) at the (Const) linear offsets; static shapes only. A
+    non-contiguous input whose elements fill their storage span (a transpose, a permute) is
+    first permuted into storage order; one with gaps (a slice) is refused: the elements
+    between its own are not in the graph."""
     from ....errors import UnsupportedOpError
 
     src = cx.node.args[0].meta.get("val")
     if (any(d < 0 for d in x.shape) or not all(isinstance(s, int) for s in [*size, *stride])
-            or src is None or not src.is_contiguous()):
-        raise UnsupportedOpError(f"%{cx.node.name}: as_strided has a GE lowering only for a "
-                                 "contiguous input of static shape")
+            or src is None or not all(isinstance(s, int) for s in src.stride())):
+        raise UnsupportedOpError(f"%{cx.node.name}: as_strided has a GE lowering only for an "
+                                 "input of static shape and strides")
+    if not src.is_contiguous():
+        if not _dense(src.shape, src.stride()):
+            raise UnsupportedOpError(
+                f"%{cx.node.name}: as_strided of an input with gaps in its storage (strides "
+                f"{tuple(src.stride())} for shape {tuple(src.shape)}): eager reads the storage "
+                "between its elements, which the GE graph does not have (clone the input first)")
+        perm = sorted(range(src.dim()), key=lambda d: (-src.stride(d), d))
+        x = cx.emit1("Transpose", [("x", x), ("perm", cx.const(perm, torch.int64))],
+                     desc=(x.dtype, tuple(x.shape[d] for d in perm)))
     base = int(src.storage_offset())
     offset = int(storage_offset if storage_offset is not None else base) - base
     index = torch.full(tuple(size), offset, dtype=torch.int64)
@@ -300,6 +300,25 @@ def _scatter_reduce(cx, x, dim, index, src, reduce="sum", *, include_self=True):
 
     return scatter_reduce_value(cx, x, dim % max(len(x.shape), 1), index, src, reduce,
                                 include_self)
+
+
+@register([aten.scatter.reduce, aten.scatter.value_reduce],
+          ["ScatterElements", "Fill", "Cast", "Const"])
+def _scatter_legacy_reduce(cx, x, dim, index, src, *, reduce):
+    """scatter(..., reduce="add"/"multiply"): scatter_reduce sum/prod including self; a scalar
+    ``src`` is filled to the index's shape."""
+    if reduce not in ("add", "multiply"):
+        from ....errors import UnsupportedOpError
+
+        raise UnsupportedOpError(f"%{cx.node.name}: scatter reduce={reduce!r} (torch takes "
+                                 "'add' and 'multiply')")
+    from .aten_order import scatter_reduce_value
+
+    if not isinstance(src, TensorRef):
+        src = cx.emit1("Fill", [("dims", cx.const(list(index.shape), torch.int64)),
+                                ("value", cx.const(src, x.dtype))], desc=(x.dtype, index.shape))
+    return scatter_reduce_value(cx, x, dim % max(len(x.shape), 1), index, cx.cast(src, x.dtype),
+                                {"add": "sum", "multiply": "prod"}[reduce], True)
 
 
 # -- special functions GE has an op for ---------------------------------------------------

@@ -338,3 +338,16 @@ def _bincount(cx, x, weights=None, minlength=0):
         w = cx.cast(weights, dtype)
     return cx.emit1("Bincount", [("array", arr), ("size", size), ("weights", w)],
                     desc=(dtype, (-1,)), port="bins")
+
+
+@register([aten.repeat_interleave.Tensor], ["RepeatInterleave", "Range", "Cast", "Const"])
+def _repeat_interleave_counts(cx, repeats, *, output_size=None):
+    """repeat_interleave(repeats): index i repeated repeats[i] times, GE's RepeatInterleave of
+    arange(len(repeats)); the length is ``output_size`` when given, else data-dependent."""
+    n = repeats.shape[0]
+    dtype = cx.out_dtype
+    count = cx.tensor(n if n >= 0 else cx.dim(repeats, 0), dtype)
+    index = cx.emit1("Range", [("start", cx.const(0, dtype)), ("limit", count),
+                               ("delta", cx.const(1, dtype))], desc=(dtype, (n,)))
+    return cx.emit1("RepeatInterleave", [("x", index), ("repeats", cx.cast(repeats, torch.int64))],
+                    {"axis": 0})

@@ -74,3 +74,17 @@ def _arange(cx, start, end=None, step=1, **_):
     dtype = cx.out_dtype
     return cx.emit1("Range", [("start", cx.tensor(start, dtype)), ("limit", cx.tensor(end, dtype)),
                               ("delta", cx.tensor(step, dtype))])
+
+
+@register([prims.iota.default], ["Range", "Mul", "Add", "Cast", "Const"])
+def _iota(cx, length, *, start, step, dtype=None, device=None, requires_grad=False):
+    """prims.iota: ``length`` values start, start + step, ... (arange's Range)."""
+    dtype = cx.out_dtype
+    if isinstance(length, int):
+        limit = cx.tensor(start + length * step, dtype)
+    else:  # a symbolic length: start + length * step at run time
+        span = cx.emit1("Mul", [("x1", cx.cast(length, dtype)), ("x2", cx.const(step, dtype))],
+                        desc=(dtype, ()))
+        limit = cx.emit1("Add", [("x1", span), ("x2", cx.const(start, dtype))], desc=(dtype, ()))
+    return cx.emit1("Range", [("start", cx.tensor(start, dtype)), ("limit", limit),
+                              ("delta", cx.tensor(step, dtype))])

@@ -82,19 +82,28 @@ register([aten.logical_and.default], ["LogicalAnd", "Cast"])(_logical("LogicalAn
 register([aten.logical_or.default], ["LogicalOr", "Cast"])(_logical("LogicalOr"))
 
 
-@register([aten.bitwise_and.Tensor, aten.bitwise_or.Tensor],
-          ["LogicalAnd", "LogicalOr", "BitwiseAnd", "BitwiseOr", "Cast"])
-def _bitwise(cx, a, b):
-    is_and = cx.node.target is aten.bitwise_and.Tensor
-    if cx.out_dtype == torch.bool:
-        return _logical("LogicalAnd" if is_and else "LogicalOr")(cx, a, b)
-    ge_type = "BitwiseAnd" if is_and else "BitwiseOr"
-    return cx.emit1(ge_type, [("x1", cx.tensor(a, cx.out_dtype)), ("x2", cx.tensor(b, cx.out_dtype))])
+def _bitwise(is_and: bool):
+    """bitwise and/or; the op is fixed here, never read from the node (prims.bitwise_and/or
+    are converted as these: an alias keeps its own target, so a target test picked the wrong
+    op for them)."""
+    def conv(cx, a, b):
+        if cx.out_dtype == torch.bool:
+            return _logical("LogicalAnd" if is_and else "LogicalOr")(cx, a, b)
+        ge_type = "BitwiseAnd" if is_and else "BitwiseOr"
+        return cx.emit1(ge_type, [("x1", cx.tensor(a, cx.out_dtype)), ("x2", cx.tensor(b, cx.out_dtype))])
+    return conv
+
+
+register([aten.bitwise_and.Tensor], ["LogicalAnd", "BitwiseAnd", "Cast", "Const"])(_bitwise(True))
+register([aten.bitwise_or.Tensor], ["LogicalOr", "BitwiseOr", "Cast", "Const"])(_bitwise(False))
 
 
 @register([aten.logical_not.default, aten.bitwise_not.default], ["LogicalNot", "Invert", "Cast"])
 def _not(cx, x):
-    if cx.node.target is aten.bitwise_not.default and cx.out_dtype != torch.bool:
+    """logical_not: LogicalNot of x != 0; bitwise_not (and prims.bitwise_not, converted as it):
+    Invert for integers, LogicalNot for bool (Invert flips every bit of the byte: ~True would
+    read back as True)."""
+    if cx.node.target is not aten.logical_not.default and cx.out_dtype != torch.bool:
         return cx.emit1("Invert", [("x", x)])
     return cx.emit1("LogicalNot", [("x", cx.cast(x, torch.bool))])
 

@@ -217,3 +217,33 @@ def _where(cx, cond, a, b):
 def _masked_fill(cx, x, mask, value):
     return cx.emit1("MaskedFill", [("x", x), ("mask", cx.tensor(mask, torch.bool)),
                                    ("value", cx.tensor(value, x.dtype))])
+
+
+@register([aten._unsafe_masked_index.default],
+          ["Index", "MaskedFill", "LogicalNot", "Less", "Add", "Sub", "SelectV2", "Maximum",
+           "Minimum", "Shape", "GatherV2", "NonZero", "Unpack", "Cast", "Const"])
+def _unsafe_masked_index(cx, x, mask, indices, fill):
+    """``x[indices]`` where ``mask`` holds, ``fill`` elsewhere. Eager wraps a negative index
+    (a[-2] is a[n - 2]); PyTorch's decomposition clamps it to 0 instead, so this op has its own
+    converter: each index is wrapped, then clamped into range (a masked-off lane may hold
+    anything), gathered with Index, and the masked-off lanes filled."""
+    from .aten_shape import _index
+
+    fixed = []
+    for i, t in enumerate(indices):
+        if t is None:
+            fixed.append(None)
+            continue
+        t = cx.cast(t, torch.int64)
+        size = cx.tensor(cx.dim(x, i), torch.int64)
+        desc = (torch.int64, t.shape)
+        neg = cx.emit1("Less", [("x1", t), ("x2", cx.const(0, torch.int64))], desc=(torch.bool, t.shape))
+        wrapped = cx.emit1("SelectV2", [("condition", neg),
+                                        ("then", cx.emit1("Add", [("x1", t), ("x2", size)], desc=desc)),
+                                        ("else", t)], desc=desc, port="result")
+        last = cx.emit1("Sub", [("x1", size), ("x2", cx.const(1, torch.int64))], desc=(torch.int64, ()))
+        low = cx.emit1("Maximum", [("x1", wrapped), ("x2", cx.const(0, torch.int64))], desc=desc)
+        fixed.append(cx.emit1("Minimum", [("x1", low), ("x2", last)], desc=desc))
+    gathered = _index(cx, x, fixed)
+    keep_out = cx.emit1("LogicalNot", [("x", cx.cast(mask, torch.bool))], desc=(torch.bool, mask.shape))
+    return _masked_fill(cx, gathered, keep_out, fill)

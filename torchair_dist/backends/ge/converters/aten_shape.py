@@ -269,6 +269,8 @@ def _slice_scatter(cx, x, src, dim=0, start=None, end=None, step=1):
     end = size if (end is None or (isinstance(end, int) and end >= _INT64_MAX)) else _bound(end, size)
     if end == -1:
         raise UnsupportedOpError(f"slice_scatter %{cx.node.name}: open end on a symbolic dim")
+    if isinstance(start, int) and isinstance(end, int) and end < start:
+        end = start  # torch: an end before the start is an empty slice at start (x[7:3])
     return _splice(cx, x, src, dim, start, end)
 
 

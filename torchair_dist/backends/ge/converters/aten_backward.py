@@ -1,0 +1,113 @@
+"""Converters for the backward ops of training graphs that PyTorch's decomposition tables do not
+cover (torch._decomp has no entry for them: Inductor lowers them itself), onto GE's gradient
+ops: ``convolution_backward`` (2-D, not transposed) -> Conv2DBackpropInput / Conv2DBackpropFilter
+(+ ReduceSum for the bias), ``avg_pool2d_backward`` -> AvgPoolV2Grad,
+``upsample_nearest2d_backward`` -> ResizeNearestNeighborV2Grad (TF's legacy nearest rule
+``src = floor(dst * in / out)``, torch's) and ``upsample_bilinear2d_backward`` ->
+ResizeBilinearV2Grad (torch's ``align_corners=False`` is TF's half-pixel centres).
+"""
+from __future__ import annotations
+
+import torch
+
+from ....errors import UnsupportedOpError
+from .aten_conv import spatial_list
+from .registry import register
+
+aten = torch.ops.aten
+
+
+def _nchw(cx, t, what: str) -> None:
+    if len(t.shape) != 4 or any(d < 0 for d in t.shape):
+        raise UnsupportedOpError(f"%{cx.node.name}: {cx.node.target} of a {what} of shape "
+                                 f"{tuple(t.shape)}: lowered for static 4-D (NCHW) tensors only")
+
+
+def _work(x):
+    return torch.float32 if x.dtype == torch.bfloat16 else x.dtype
+
+
+@register([aten.convolution_backward.default],
+          ["Conv2DBackpropInput", "Conv2DBackpropFilter", "ReduceSum", "Cast", "Const"])
+def _convolution_backward(cx, grad, x, weight, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
+    _nchw(cx, x, "input")
+    if transposed:
+        raise UnsupportedOpError(f"%{cx.node.name}: convolution_backward of a transposed "
+                                 "convolution has no GE lowering (forward ones do)")
+    stride, padding, dilation = (spatial_list(v, 2) for v in (stride, padding, dilation))
+    attrs = {"strides": [1, 1, *stride], "pads": [q for q in padding for _ in (0, 1)],
+             "dilations": [1, 1, *dilation], "groups": int(groups), "data_format": "NCHW"}
+    work = _work(x)
+    g, xw, w = cx.cast(grad, work), cx.cast(x, work), cx.cast(weight, work)
+    outs = [None, None, None]
+    if output_mask[0]:
+        y = cx.emit1("Conv2DBackpropInput", [("input_size", cx.const(list(x.shape), torch.int32)),
+                                             ("filter", w), ("out_backprop", g)], attrs,
+                     (work, tuple(x.shape)))
+        outs[0] = cx.cast(y, x.dtype)
+    if output_mask[1]:
+        y = cx.emit1("Conv2DBackpropFilter", [("x", xw),
+                                              ("filter_size", cx.const(list(weight.shape), torch.int32)),
+                                              ("out_backprop", g)], attrs, (work, tuple(weight.shape)))
+        outs[1] = cx.cast(y, weight.dtype)
+    if output_mask[2]:
+        y = cx.emit1("ReduceSum", [("x", g), ("axes", cx.const([0, 2, 3], torch.int64))],
+                     {"keep_dims": False}, (work, (grad.shape[1],)))
+        outs[2] = cx.cast(y, grad.dtype)
+    return outs
+
+
+@register([aten.avg_pool2d_backward.default], ["AvgPoolV2Grad", "Cast", "Const"])
+def _avg_pool2d_backward(cx, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override=None):
+    _nchw(cx, x, "input")
+    kernel = spatial_list(kernel_size, 2)
+    stride = spatial_list(stride or kernel, 2)
+    padding = spatial_list(padding, 2)
+    attrs = {"ksize": [1, 1, *kernel], "strides": [1, 1, *stride],
+             "pads": [q for q in padding for _ in (0, 1)], "padding_mode": "CALCULATED",
+             "data_format": "NCHW", "ceil_mode": bool(ceil_mode),
+             "exclusive": not count_include_pad, "divisor_override": int(divisor_override or 0)}
+    y = cx.emit1("AvgPoolV2Grad", [("orig_input_shape", cx.const(list(x.shape), torch.int32)),
+                                   ("input_grad", grad)], attrs, port="out_grad")
+    return cx.cast(y, cx.out_dtype)
+
+
+def _check_scales(cx, out_size, in_size, scales) -> None:
+    """Explicit scales equal to out/in give torch's size-ratio rule (what GE computes);
+    others (interpolate(scale_factor=1.7, recompute_scale_factor=False)) would not."""
+    for o, i, s in zip(out_size, in_size, scales):
+        if s is not None and float(s) != o / i and 1.0 / float(s) != i / o:
+            raise UnsupportedOpError(
+                f"%{cx.node.name}: {cx.node.target} with scale {s} other than output/input size "
+                f"({o}/{i}): GE's resize gradient uses the size ratio")
+
+
+@register([aten.upsample_nearest2d_backward.default],
+          ["ResizeNearestNeighborV2Grad", "Cast", "Const"])
+def _upsample_nearest2d_backward(cx, grad, output_size, input_size, scales_h=None, scales_w=None):
+    _nchw(cx, grad, "gradient")
+    in_hw = list(input_size)[2:]
+    _check_scales(cx, list(output_size), in_hw, [scales_h, scales_w])
+    y = cx.emit1("ResizeNearestNeighborV2Grad", [("grads", grad),
+                                                 ("size", cx.const(in_hw, torch.int32))],
+                 {"align_corners": False, "half_pixel_centers": False})
+    return cx.cast(y, cx.out_dtype)
+
+
+@register([aten.upsample_bilinear2d_backward.default],
+          ["ResizeBilinearV2Grad", "Fill", "Cast", "Const"])
+def _upsample_bilinear2d_backward(cx, grad, output_size, input_size, align_corners, scales_h=None,
+                                  scales_w=None):
+    _nchw(cx, grad, "gradient")
+    in_shape = [int(v) for v in input_size]
+    _check_scales(cx, list(output_size), in_shape[2:], [scales_h, scales_w])
+    g = cx.cast(grad, torch.float32)
+    image = cx.emit1("Fill", [("dims", cx.const(in_shape, torch.int64)),
+                              ("value", cx.const(0.0, torch.float32))],
+                     desc=(torch.float32, tuple(in_shape)))
+    y = cx.emit1("ResizeBilinearV2Grad", [("grads", g), ("original_image", image)],
+                 {"align_corners": bool(align_corners), "half_pixel_centers": not align_corners},
+                 (torch.float32, tuple(in_shape)))
+    return cx.cast(y, cx.out_dtype)

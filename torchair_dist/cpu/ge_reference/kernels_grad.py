@@ -1,0 +1,101 @@
+"""Reference kernels of GE's gradient ops (converters/aten_backward.py emits them), NCHW only,
+symmetric pads (torch's padding), each computed with torch's own backward of the forward op the
+GE op inverts: Conv2DBackpropInput/Filter, AvgPoolV2Grad, ResizeNearestNeighborV2Grad (TF's
+legacy rule: src = floor(dst * in / out)), ResizeBilinearV2Grad (half-pixel centres or aligned
+corners), and RepeatInterleave."""
+from __future__ import annotations
+
+import torch
+
+from .kernels import ints, kernel
+from .opspec import GeRuntimeError, OpSpec
+
+aten = torch.ops.aten
+
+
+def _nchw_geometry(spec: OpSpec):
+    if spec.attr("data_format", "NHWC") != "NCHW":
+        raise GeRuntimeError(f"{spec.type} {spec.name!r}: only NCHW is implemented")
+    top, bottom, left, right = spec.attr("pads", [0, 0, 0, 0])
+    if top != bottom or left != right:
+        raise GeRuntimeError(f"{spec.type} {spec.name!r}: asymmetric pads")
+    return (list(spec.attr("strides"))[2:], [top, left],
+            list(spec.attr("dilations", [1, 1, 1, 1]))[2:], int(spec.attr("groups", 1)))
+
+
+@kernel("Conv2DBackpropInput")
+def _conv_input_grad(spec: OpSpec):
+    stride, pad, dilation, groups = _nchw_geometry(spec)
+
+    def run(input_size, w, grad):
+        x = torch.zeros(ints(input_size), dtype=grad.dtype)
+        return aten.convolution_backward(grad, x, w, None, stride, pad, dilation, False, [0, 0],
+                                         groups, [True, False, False])[0]
+    return run
+
+
+@kernel("Conv2DBackpropFilter")
+def _conv_filter_grad(spec: OpSpec):
+    stride, pad, dilation, groups = _nchw_geometry(spec)
+
+    def run(x, filter_size, grad):
+        w = torch.zeros(ints(filter_size), dtype=grad.dtype)
+        return aten.convolution_backward(grad, x, w, None, stride, pad, dilation, False, [0, 0],
+                                         groups, [False, True, False])[1]
+    return run
+
+
+@kernel("AvgPoolV2Grad")
+def _avg_pool_grad(spec: OpSpec):
+    if spec.attr("data_format", "NCHW") != "NCHW" or spec.attr("padding_mode",
+                                                               "CALCULATED") != "CALCULATED":
+        raise GeRuntimeError(f"AvgPoolV2Grad {spec.name!r}: only NCHW with CALCULATED padding")
+    k, s = list(spec.attr("ksize"))[2:], list(spec.attr("strides"))[2:]
+    top, bottom, left, right = spec.attr("pads", [0, 0, 0, 0])
+    if top != bottom or left != right or spec.attr("global_pooling", False):
+        raise GeRuntimeError(f"AvgPoolV2Grad {spec.name!r}: asymmetric pads / global pooling")
+    ceil, exclusive = bool(spec.attr("ceil_mode", False)), bool(spec.attr("exclusive", True))
+    divisor = int(spec.attr("divisor_override", 0)) or None
+
+    def run(shape, grad):
+        x = torch.zeros(ints(shape), dtype=grad.dtype)
+        return aten.avg_pool2d_backward(grad, x, k, s, [top, left], ceil, not exclusive, divisor)
+    return run
+
+
+@kernel("ResizeNearestNeighborV2Grad")
+def _nearest_grad(spec: OpSpec):
+    if spec.attr("align_corners", False) or spec.attr("half_pixel_centers", False):
+        raise GeRuntimeError(f"ResizeNearestNeighborV2Grad {spec.name!r}: only the legacy rule "
+                             "(no align_corners, no half_pixel_centers) is implemented")
+
+    def run(grad, size):
+        h, w = ints(size)
+        return aten.upsample_nearest2d_backward(grad, list(grad.shape[2:]),
+                                                [*grad.shape[:2], h, w], None, None)
+    return run
+
+
+@kernel("ResizeBilinearV2Grad")
+def _bilinear_grad(spec: OpSpec):
+    align = bool(spec.attr("align_corners", False))
+    if align == bool(spec.attr("half_pixel_centers", False)):
+        raise GeRuntimeError(f"ResizeBilinearV2Grad {spec.name!r}: exactly one of align_corners "
+                             "and half_pixel_centers is implemented")
+
+    def run(grad, image):
+        return aten.upsample_bilinear2d_backward(grad, list(grad.shape[2:]), list(image.shape),
+                                                 align, None, None)
+    return run
+
+
+@kernel("RepeatInterleave")
+def _repeat_interleave(spec: OpSpec):
+    """Each element (axis 1000: of the flattened x) or slice along ``axis`` repeated."""
+    axis = int(spec.attr("axis", 1000))
+
+    def run(x, repeats):
+        if axis == 1000:
+            return torch.repeat_interleave(x.reshape(-1), repeats.reshape(-1))
+        return torch.repeat_interleave(x, repeats.reshape(-1), dim=axis)
+    return run
