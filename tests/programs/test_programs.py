@@ -34,12 +34,19 @@ CALLS = 3
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
+def _case(prog: Program, mode: str, dynamic: bool):
+    why = prog.known_wrong.get((mode, dynamic))
+    marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
+    return pytest.param(prog, mode, dynamic, marks=marks,
+                        id=f"{prog.name}-{mode}-{'dynamic' if dynamic else 'static'}")
+
+
 def _cases():
     for prog in PROGRAMS:
         for mode in MODES:
-            yield pytest.param(prog, mode, False, id=f"{prog.name}-{mode}-static")
+            yield _case(prog, mode, False)
             if prog.dynamic_sizes and mode != "reduce-overhead":
-                yield pytest.param(prog, mode, True, id=f"{prog.name}-{mode}-dynamic")
+                yield _case(prog, mode, True)
 
 
 def _backend(mode: str):

@@ -28,6 +28,23 @@ def written_part(x: torch.Tensor) -> torch.Tensor:
                    for n, s in zip(x.size(), x.stride()))]
 
 
+def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """``dst.copy_(src)`` where ``dst`` may have expanded dims (stride 0): each element of its
+    memory is written once, from the first element along those dims of ``src``."""
+    index = _expanded_index(dst)
+    if index is None:
+        dst.copy_(src)
+    else:
+        dst[index].copy_(src.expand(dst.shape)[index])
+
+
+def _expanded_index(x: torch.Tensor):
+    if all(s != 0 or n <= 1 for n, s in zip(x.size(), x.stride())):
+        return None
+    return tuple(slice(0, 1) if s == 0 and n > 1 else slice(None)
+                 for n, s in zip(x.size(), x.stride()))
+
+
 def empty_with_layout(size: Sequence[int], stride: Sequence[int], offset: int,
                       like: torch.Tensor) -> torch.Tensor:
     """An uninitialised tensor with exactly these sizes, strides and storage offset."""
@@ -79,7 +96,7 @@ class OutputLayout:
             out = empty_with_layout(size, stride, offset, t)
         else:
             out = torch.empty_permuted(t.size(), self.order, dtype=t.dtype, device=t.device)
-        written_part(out).copy_(written_part(t))
+        copy_into(out, t)
         return out
 
 

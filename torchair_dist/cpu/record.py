@@ -41,6 +41,7 @@ import torch.distributed as dist
 import torch.fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..base.layout import copy_into
 from ..platform.interfaces import CaptureGraph, CaptureSkipped, Uncapturable
 from ..streams.rewrite import where
 from ..base.util import without_function_modes
@@ -345,12 +346,12 @@ class RecordGraph(CaptureGraph):
             if not gen.is_const(new, o):  # a fresh value each replay: copied into the captured one
                 static = gen.const(o)
                 sync.append(f"    if {new} is not {static} and not same_view({static}, {new}):")
-                sync.append(f"        {static}.copy_({new})")
+                sync.append(f"        copy_into({static}, {new})")
         body = _free_dead_values(gen.lines + sync)
         self.source = _closure_source(len(gen.consts), body)
         namespace: Dict[str, Any] = {"is_grad": torch.is_grad_enabled,
                                      "set_grad": torch._C._set_grad_enabled,
-                                     "same_view": _same_view,
+                                     "same_view": _same_view, "copy_into": copy_into,
                                      "modes_on": torch._C._is_torch_function_mode_enabled,
                                      "without_modes": without_function_modes}
         exec(compile(self.source, "<torchair_dist record replay>", "exec"), namespace)  # noqa: S102
