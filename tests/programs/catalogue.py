@@ -92,22 +92,13 @@ def empty_strided_like_input(x):
     return out
 
 
-_VIEW_OF_INTERMEDIATE = (
-    "an output that is a view of an intermediate: GE returns it as its own dense tensor (no "
-    "shared memory with the other outputs, offset 0); npugraph_ex with dynamic sizes loses "
-    "the offset on replay (issue 41, open)")
-_VIEWS_WRONG = {("max-autotune", False): _VIEW_OF_INTERMEDIATE,
-                ("max-autotune", True): _VIEW_OF_INTERMEDIATE,
-                ("npugraph_ex", True): _VIEW_OF_INTERMEDIATE}
-
-
-@program(lambda n: [randn(6, 8 + 2 * n, n=n)], dynamic_sizes=True, known_wrong=_VIEWS_WRONG)
+@program(lambda n: [randn(6, 8 + 2 * n, n=n)], dynamic_sizes=True)
 def transpose_view_of_intermediate(x):
     y = torch.relu(x)
     return y.t(), y[1:, ::2]
 
 
-@program(lambda n: [randn(5, 6, n=n)], known_wrong=_VIEWS_WRONG)
+@program(lambda n: [randn(5, 6, n=n)])
 def diagonal_and_unfold_of_intermediate(x):
     y = x * 3
     return y.diagonal(), y.unfold(1, 2, 2)
@@ -145,16 +136,13 @@ def view_as_dtype_bits(x):
     return y.view(torch.int32) & 0xFF, y.view(torch.uint8).shape
 
 
-@program(lambda n: [randn(4, 6 + 2 * n, n=n)], dynamic_sizes=True,
-         known_wrong={k: v for k, v in _VIEWS_WRONG.items() if k[1]})
+@program(lambda n: [randn(4, 6 + 2 * n, n=n)], dynamic_sizes=True)
 def chunk_and_split_views(x):
     a, b = (x + 1).chunk(2, dim=1)
     return a * 2, b, torch.split(x, 2, dim=0)[1]
 
 
-@program(lambda n: [randn(2, 3, 4, n=n)], known_wrong={("max-autotune", False): (
-    "an expanded view of an intermediate as output: the GE runner's copy into eager's layout "
-    "fails on a broadcast (issue 41, open)")})
+@program(lambda n: [randn(2, 3, 4, n=n)])
 def unsqueeze_squeeze_expand_outputs(x):
     y = x.exp()
     return y.unsqueeze(1).expand(2, 5, 3, 4), y.squeeze(0)

@@ -68,6 +68,37 @@ def same_layout_copy(x: torch.Tensor) -> torch.Tensor:
     return buf
 
 
+def clone_keeping_views(outs: Sequence[Any], keep: Sequence[bool] = ()) -> List[Any]:
+    """Copies of the tensors in ``outs`` that keep what the caller can observe between them:
+    outputs that view one storage get one new storage, and keep their strides and storage
+    offsets (``tensor.clone()`` gives each its own dense memory at offset 0). Only the
+    elements the outputs show are copied; the new storage is as long as the last of them
+    (no longer than eager's). ``keep[i]``: return ``outs[i]`` itself (an output that aliases
+    an input)."""
+    groups: dict = {}
+    for i, out in enumerate(outs):
+        if isinstance(out, torch.Tensor) and not (i < len(keep) and keep[i]):
+            groups.setdefault((out.untyped_storage().data_ptr(), out.dtype), []).append(i)
+    result = list(outs)
+    for members in groups.values():
+        end = max(_end(outs[i]) for i in members)
+        first = outs[members[0]]
+        storage = torch.empty(end, dtype=first.dtype, device=first.device)
+        for i in members:
+            out = outs[i]
+            copy = storage.as_strided(out.size(), out.stride(), out.storage_offset())
+            copy_into(copy, out)
+            result[i] = copy
+    return result
+
+
+def _end(t: torch.Tensor) -> int:
+    """One past the last storage element (in elements of ``t``'s dtype) ``t`` shows."""
+    if t.numel() == 0:
+        return t.storage_offset()
+    return t.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(t.size(), t.stride()))
+
+
 @dataclasses.dataclass(frozen=True)
 class OutputLayout:
     """The layout one graph output must have.

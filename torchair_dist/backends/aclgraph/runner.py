@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from ...base.layout import same_layout_copy, written_part
+from ...base.layout import clone_keeping_views, same_layout_copy, written_part
 from ...platform.interfaces import CaptureFactory
 from ..context import GraphContext
 from . import report
@@ -187,8 +187,7 @@ class AclGraphRunner:
 
     def _returned(self, cap: _Capture, outputs):
         if self.clone_output or self._pool_shared_by_several():
-            return [o.clone() if isinstance(o, torch.Tensor) and not alias else o
-                    for o, alias in zip(outputs, cap.output_alias)]
+            return clone_keeping_views(outputs, cap.output_alias)
         return list(outputs)
 
     def _recapture_reason(self, cap: Optional[_Capture], args) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -31,6 +31,7 @@ from ...base.layout import OutputLayout, output_layouts
 from ...base.util import input_device
 from ..context import Backend, GraphContext, boxed
 from .fx2ge import ConvertedGraph, convert_graph
+from .output_views import ViewRebuilder, outputs_as_bases, symbol_sources
 
 log = logging.getLogger("torchair_dist")
 
@@ -46,14 +47,19 @@ class GeBuild:
     converted: Optional[ConvertedGraph] = None
     cann: Optional[Tuple[Dict[str, str], Dict[str, str]]] = None
     runner: Any = None
+    # outputs that view an intermediate: converted as their base, rebuilt after each run
+    # (:mod:`.output_views`); ``layouts``: the layout each converted output must have
+    views: Any = None
+    layouts: List[Any] = dataclasses.field(default_factory=list)
 
 
 def convert_step(build: GeBuild) -> GeBuild:
     """``ge_convert``: FX -> GE IR (validated against the registry with the env flag); with
     ``enable_view_optimize`` a last-two-dims Transpose feeding a matmul folds into it."""
     ctx = build.ctx
+    gm, views = outputs_as_bases(ctx.gm)
     converted = convert_graph(
-        ctx.gm, ctx.example_inputs, ctx.graph_name, ctx.rank, ctx.world_size,
+        gm, ctx.example_inputs, ctx.graph_name, ctx.rank, ctx.world_size,
         ref_data=bool(ctx.config.get("experimental_config.enable_ref_data")))
     if ctx.config.get("experimental_config.enable_view_optimize"):
         from .view_optimize import fold_transposes_into_matmuls
@@ -63,7 +69,9 @@ def convert_step(build: GeBuild) -> GeBuild:
         from .registry_check import validate
 
         validate(converted.model)
-    return dataclasses.replace(build, converted=converted)
+    return dataclasses.replace(
+        build, converted=converted, layouts=output_layouts(gm),
+        views=ViewRebuilder(views, symbol_sources(gm)) if views else None)
 
 
 def dump_step(build: GeBuild) -> GeBuild:
@@ -111,8 +119,8 @@ def run_step(build: GeBuild) -> GeBuild:
                              transport=ctx.transport, options=build.cann)
     converted = _converted(build)
     runtime.load(converted.model.SerializeToString())
-    return dataclasses.replace(build, runner=make_runner(converted, runtime,
-                                                         output_layouts(ctx.gm)))
+    return dataclasses.replace(build, runner=make_runner(converted, runtime, build.layouts,
+                                                         build.views))
 
 
 def export_step(build: GeBuild) -> GeBuild:
@@ -163,22 +171,24 @@ def _distributed() -> bool:
 
 
 def make_runner(converted: ConvertedGraph, runtime: Any,
-                layouts: Optional[List[Optional[OutputLayout]]] = None):
+                layouts: Optional[List[Optional[OutputLayout]]] = None,
+                views: Optional[Callable[[List[Any], List[Any]], List[Any]]] = None):
     """The boxed FX-convention runner around a loaded GE runtime. ``layouts``: per output,
     the layout the FX graph says it has (eager's); GE computes dense row-major tensors, so an
     output laid out otherwise (channels_last, permuted, a strided buffer) is copied into that
-    layout after the run."""
+    layout after the run. ``views``: rebuilds outputs as views of another output, as eager
+    returns them (:class:`.output_views.ViewRebuilder`)."""
     runner = _make_runner(converted, runtime)
     fixes = tuple((i, layout) for i, layout in enumerate(layouts or ())
                   if layout is not None and _needs_check(layout))
-    if not fixes:
+    if not fixes and views is None:
         return runner
 
     def laid_out(args: List[Any]):
         outs = list(runner(args))
         for i, layout in fixes:
             outs[i] = layout.conform(outs[i])
-        return outs
+        return views(outs, args) if views is not None else outs
     return boxed(laid_out)
 
 

@@ -1,0 +1,150 @@
+"""Outputs that are views of intermediates, as eager returns them.
+
+In an inference graph AOT autograd leaves it to the compiler to return an output that views an
+intermediate (``y = relu(x); return y.t(), y[1:, ::2]``) as a view: eager's outputs share one
+storage, at eager's strides and storage offsets. A GE graph returns every output as a dense
+tensor of its own. :func:`outputs_as_bases` rewrites a copy of the graph so that each such output
+is its base (the intermediate it views); :func:`rebuild_views` makes the views again from the
+bases GE returned, with the sizes, strides and offsets the graph's example values give.
+
+A view with symbolic sizes, strides or offset is rebuilt from the run's sizes: its
+expressions are evaluated with the symbols bound from the graph inputs (a symbolic size input,
+a tensor input's symbolic dims); where a symbol cannot be bound (a data-dependent size) the
+output stays GE's dense copy: eager's values, not eager's aliasing.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, List, Optional, Tuple
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+
+# (output position, position of its base among the outputs, sizes, strides, storage offset);
+# the last three hold sympy expressions where the graph's sizes are symbolic
+View = Tuple[int, int, Tuple[Any, ...], Tuple[Any, ...], Any]
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:  # split / chunk / unbind results
+        src = node.args[0]
+        return isinstance(src, torch.fx.Node) and _is_view(src)
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    return bool(target._schema.returns) and any(
+        r.alias_info is not None and not r.alias_info.is_write for r in target._schema.returns)
+
+
+def _base_of(node: torch.fx.Node) -> Optional[torch.fx.Node]:
+    """The first node that is not a view, walking back from ``node`` through views of their
+    first argument; None when ``node`` is not a view or its base is a graph input (AOT
+    already regenerates views of inputs)."""
+    if not _is_view(node):
+        return None
+    base = node
+    while _is_view(base):
+        src = base.args[0]
+        if not isinstance(src, torch.fx.Node):
+            return None
+        base = src
+    return None if base.op == "placeholder" else base
+
+
+def _plain(v: Any) -> Any:
+    """An int, or the sympy expression of a SymInt."""
+    return v.node.expr if isinstance(v, torch.SymInt) else int(v)
+
+
+def _layout(node: torch.fx.Node, bound) -> Optional[Tuple[Tuple[Any, ...], Tuple[Any, ...], Any]]:
+    """(sizes, strides, offset) of the node's example value, ints or sympy expressions over
+    the ``bound`` symbols; None for a non-tensor or an unbound symbol."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return None
+    layout = (tuple(_plain(v) for v in val.size()), tuple(_plain(v) for v in val.stride()),
+              _plain(val.storage_offset()))
+    for v in (*layout[0], *layout[1], layout[2]):
+        if not isinstance(v, int) and not v.free_symbols <= bound:
+            return None
+    return layout
+
+
+def symbol_sources(gm: torch.fx.GraphModule) -> List[Tuple[Any, int, Optional[int]]]:
+    """(symbol, input position, dim or None) for each symbol an input carries as itself: a
+    symbolic size input, or a tensor input's dim whose size is a bare symbol."""
+    found = []
+    for i, node in enumerate(gm.graph.find_nodes(op="placeholder")):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt) and val.node.expr.is_Symbol:
+            found.append((val.node.expr, i, None))
+        elif isinstance(val, torch.Tensor):
+            for d, n in enumerate(val.size()):
+                if isinstance(n, torch.SymInt) and n.node.expr.is_Symbol:
+                    found.append((n.node.expr, i, d))
+    return found
+
+
+def outputs_as_bases(gm: torch.fx.GraphModule) -> Tuple[torch.fx.GraphModule, List[View]]:
+    """A copy of ``gm`` whose outputs that view an intermediate are that intermediate, and the
+    views to rebuild after a run (:class:`ViewRebuilder`); ``gm`` itself when no output needs
+    it."""
+    (output,) = gm.graph.find_nodes(op="output")
+    outs = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    bound = {sym for sym, _, _ in symbol_sources(gm)}
+    plan = []
+    for i, out in enumerate(outs):
+        base = _base_of(out) if isinstance(out, torch.fx.Node) else None
+        layout = _layout(out, bound) if base is not None else None
+        base_layout = _layout(base, bound) if layout is not None else None
+        if layout is None or base_layout is None or base_layout[2] != 0:
+            continue
+        plan.append((i, base, layout))
+    if not plan:
+        return gm, []
+    new_outs = list(outs)
+    first: dict = {}
+    for i, out in enumerate(outs):
+        if isinstance(out, torch.fx.Node):
+            first.setdefault(out, i)
+    views: List[View] = []
+    for i, base, (size, stride, offset) in plan:
+        new_outs[i] = base
+        src = first.setdefault(base, i)
+        views.append((i, src, size, stride, offset))
+    graph = torch.fx.Graph()
+    mapping: dict = {}
+    graph.graph_copy(gm.graph, mapping)
+    graph.output(tuple(mapping[o] if isinstance(o, torch.fx.Node) else o for o in new_outs))
+    copied = torch.fx.GraphModule(gm, graph)
+    return copied, views
+
+
+class ViewRebuilder:
+    """Makes each planned output again as a view of its base's run result; symbolic layouts
+    are evaluated with the symbols read from the run's inputs."""
+
+    def __init__(self, views: List[View], sources: List[Tuple[Any, int, Optional[int]]]):
+        self.views = views
+        self.symbolic = any(not isinstance(v, int) for _, _, size, stride, offset in views
+                            for v in (*size, *stride, offset))
+        self.sources = sources if self.symbolic else []
+
+    def __call__(self, outs: List[Any], args: List[Any]) -> List[Any]:
+        values = {}
+        for sym, i, d in self.sources:
+            values[sym] = int(args[i]) if d is None else int(args[i].size(d))
+
+        def ints(exprs):
+            return [v if isinstance(v, int) else int(v.xreplace(values)) for v in exprs]
+
+        bases = {src: outs[src] for _, src, *_ in self.views}
+        for i, src, size, stride, offset in self.views:
+            if self.symbolic:
+                size, stride, (offset,) = ints(size), ints(stride), ints([offset])
+            outs[i] = bases[src].as_strided(size, stride, offset)
+        return outs
