@@ -314,4 +314,134 @@ def reshape_by_computed_sizes(x):
     return x.reshape(b * 2, d // 2).t().contiguous(), x.new_zeros(b, 2)
 
 
+# -- more layouts, aliasing and mutation ---------------------------------------------------
+CL3 = torch.channels_last_3d
+
+
+@program(lambda n: [randn(1, 2, 3, 4, 4, n=n).to(memory_format=CL3)])
+def channels_last_3d_elementwise_and_view(x):
+    y = x * 2 + 1
+    return y, y.flatten(2)
+
+
+@program(lambda n: [randn(2, 3, 6, 6, n=n).to(memory_format=CL), randn(4, 3, 3, 3, n=n + 1),
+                    randn(4, n=n + 2), randn(4, n=n + 3)])
+def conv_batchnorm_relu_channels_last(x, w, mean, var):
+    y = F.conv2d(x, w)
+    y = F.batch_norm(y, mean, var.abs() + 1, training=False)
+    return torch.relu(y)
+
+
+@program(lambda n: [randn(3, 4, n=n), randn(3, 4, n=n + 1)])
+def output_is_input_and_mutated_input(x, y):
+    y.add_(x)
+    return x, y, x.view(-1)
+
+
+@program(lambda n: [randn(5, 4, n=n), torch.tensor([0, 2, 2 + (n % 2)]), randn(3, 4, n=n + 1)])
+def index_put_accumulate_into_input(x, idx, v):
+    x.index_put_((idx,), v, accumulate=True)
+    return x * 1
+
+
+@program(lambda n: [randn(6, 4, n=n), randn(2, 4, n=n + 1)])
+def copy_into_slice_of_input(x, v):
+    x[2:4].copy_(v)
+    x[-1] = 0.5
+    return x.sum(0)
+
+
+class _ViewOfBuffer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("state", torch.zeros(4, 4))
+
+    def forward(self, x):
+        self.state[1].add_(x)
+        self.state.diagonal().mul_(0.5)
+        return self.state.sum(0)
+
+
+PROGRAMS.append(Program("mutate_views_of_a_buffer", None, lambda n: [randn(4, n=n)],
+                        module=_ViewOfBuffer))
+
+
+@program(lambda n: [randn(4, 4, n=n)])
+def detach_and_alias_outputs(x):
+    y = x + 1
+    return y.detach(), torch.ops.aten.alias(y), y
+
+
+@program(lambda n: [randn(3, 5, n=n)])
+def outputs_viewing_each_other_through_reshape(x):
+    y = x.exp()
+    z = y.reshape(15)
+    return z, y, z[3:9].view(2, 3)
+
+
+@program(lambda n: [randn(4, 3, n=n)])
+def unbind_and_select_outputs(x):
+    y = x.cos()
+    a, b, c, d = y.unbind(0)
+    return a, d, y.select(1, 2)
+
+
+@program(lambda n: [randn(2, 3, n=n, dtype=torch.float64), randint(0, 4, (2, 3), n=n)])
+def type_promotion_and_int_division(a, b):
+    return a + b, b // 3, b / 3, torch.true_divide(b, 2).dtype, (b % 3).to(torch.int8)
+
+
+@program(lambda n: [randn(4, 5, n=n)])
+def where_with_scalar_and_nan(x):
+    y = torch.where(x > 0, x, float("nan"))
+    return torch.nan_to_num(y, nan=-1.0), torch.isnan(y).sum()
+
+
+@program(lambda n: [torch.zeros(0, 3), randn(2, 3, n=n)])
+def zero_size_matmul_and_reduce(e, x):
+    return e @ x.t(), e.amax(1) if e.numel() else e.sum(1), torch.cat([e, e]).shape
+
+
+@program(lambda n: [randn(3, 4, n=n)])
+def empty_like_preserves_layout_of_transposed(x):
+    t = x.t()
+    out = torch.empty_like(t)
+    out.copy_(t * 3)
+    return out, torch.zeros_like(t), torch.ones_like(t).stride()
+
+
+@program(lambda n: [randint(1, 6, (4,), n=n)], data_dependent=True)
+def check_is_size_then_allocate(x):
+    k = x.max().item()
+    torch._check_is_size(k)
+    torch._check(k < 10)
+    return torch.arange(k) * 2
+
+
+_AOT_DROPS_ASSERT_ASYNC = (
+    "torch's AOT autograd drops torch._assert_async from the graph it traces (aot_eager and "
+    "inductor return the value too, torch 2.13): no backend behind AOT sees it")
+
+
+@program(lambda n: [torch.tensor([1.0, 2.0, -1.0 if n == 2 else 3.0])],
+         known_wrong={(m, False): _AOT_DROPS_ASSERT_ASYNC
+                      for m in ("npugraph_ex", "max-autotune", "reduce-overhead")})
+def assert_async_on_values(x):
+    torch._assert_async((x > 0).all())
+    return x.log()
+
+
+@program(lambda n: [randn(3 + n, 4, n=n), randn(4, 5, n=n + 1)], dynamic_sizes=True)
+def dynamic_linear_then_views(x, w):
+    y = x @ w
+    return y[:, :2], y.t(), y.sum(0, keepdim=True).expand(y.size(0), 5)
+
+
+@program(lambda n: [randn(2, 6 + 2 * n, n=n)], dynamic_sizes=True)
+def dynamic_mutation_of_input_slice(x):
+    half = x.size(1) // 2
+    x[:, :half].mul_(2)
+    return x[:, half:] + 1
+
+
 PROGRAM_NAMES = [p.name for p in PROGRAMS]

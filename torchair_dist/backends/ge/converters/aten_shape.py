@@ -266,9 +266,14 @@ def _slice_scatter(cx, x, src, dim=0, start=None, end=None, step=1):
 
         return _index_copy(cx, x, dim, cx.const(list(range(lo, hi, step)), torch.int64), src)
     start = _bound(0 if start is None else start, size)
-    end = size if (end is None or (isinstance(end, int) and end >= _INT64_MAX)) else _bound(end, size)
+    open_end = end is None or (isinstance(end, int) and end >= _INT64_MAX)
+    if open_end and size < 0:  # x[start:] on a symbolic dim: src is the whole tail
+        parts = [_slice_dim(cx, x, dim, 0, start), cx.cast(src, x.dtype)]
+        return cx.emit1("ConcatV2", [("x", parts), ("concat_dim", cx.const(dim, torch.int64))],
+                        {"N": 2})
+    end = size if open_end else _bound(end, size)
     if end == -1:
-        raise UnsupportedOpError(f"slice_scatter %{cx.node.name}: open end on a symbolic dim")
+        raise UnsupportedOpError(f"slice_scatter %{cx.node.name}: an end of -1 on a symbolic dim")
     if isinstance(start, int) and isinstance(end, int) and end < start:
         end = start  # torch: an end before the start is an empty slice at start (x[7:3])
     return _splice(cx, x, src, dim, start, end)
