@@ -21,13 +21,13 @@ endif
 NPROC ?= 2
 export TORCH_DEVICE_BACKEND_AUTOLOAD = 0
 
-.PHONY: lint demo test venv proto registry bench opinfo docs gpu-check npu-check
+.PHONY: lint demo test venv proto registry bench opinfo docs docs-site gpu-check npu-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==$(TORCH_VERSION)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,demo]'
 	$(PY) -c "import torch, sys; v = torch.__version__.split('+')[0]; sys.exit(0 if v == '$(TORCH_VERSION)' else 'pip replaced torch $(TORCH_VERSION) with ' + v)"
 	touch $(STAMP)
 
@@ -44,8 +44,8 @@ test: $(READY)
 	$(FROM_TREE) $(PY) -m pytest -q -n 2 --dist loadfile --timeout 600 $(TESTS)
 
 # PyTorch's OpInfo suite through every mode and dtype (benchmarks/opinfo_sweep.py, ~10 min):
-# fails on any wrong result or error. OPINFO_ARGS="--write-readme README.md" regenerates the
-# README's coverage tables from the same run.
+# fails on any wrong result or error. OPINFO_ARGS="--write-page docs/coverage/opinfo.md"
+# regenerates the coverage page's tables from the same run (each with its date and command).
 opinfo: $(STAMP)
 	$(PY) benchmarks/opinfo_sweep.py --check --dtype float32 $(OPINFO_ARGS)
 	$(PY) benchmarks/opinfo_sweep.py --check --dtype bfloat16 $(OPINFO_ARGS)
@@ -74,8 +74,22 @@ proto: $(STAMP)
 registry: $(STAMP)
 	$(PY) -m torchair_dist.backends.ge.registry_subset $(if $(REGISTRY),--registry $(REGISTRY))
 
+# Regenerate the documentation's generated sections (config reference, stage table, environment
+# variables, TorchAir surface) in their pages under docs/ (tests/unit/test_docs.py checks them).
 docs: $(STAMP)
-	$(PY) -m torchair_dist.tools.docs --write README.md
+	$(PY) -m torchair_dist.tools.docs --write .
+
+# The documentation site: the pinned tools (docs/requirements.txt) in their own venv, then a strict
+# build (a broken link or anchor between pages fails it) into build/site/.
+DOCS_VENV := .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed
+$(DOCS_STAMP): docs/requirements.txt
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install -q -r docs/requirements.txt
+	touch $(DOCS_STAMP)
+
+docs-site: $(DOCS_STAMP)
+	$(DOCS_VENV)/bin/mkdocs build --strict
 
 # The linter (ruff, configured in pyproject.toml: pycodestyle + pyflakes, lines up to 120).
 lint: $(READY)

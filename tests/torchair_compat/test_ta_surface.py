@@ -1,6 +1,6 @@
 """Every public TorchAir name resolves under ``import torchair_dist as torchair`` (or is listed
 as not provided, with why), with TorchAir's parameters: names, order, kinds and defaults
-(a deliberate default difference is declared with why); the README's
+(a deliberate default difference is declared with why); the docs'
 table is the rendering of ``torchair_dist.compat.surface``."""
 import inspect
 
@@ -96,11 +96,11 @@ def test_deadlock_check_is_an_options_key():
     assert torchair.configs.COMPILE_OPTIONS["deadlock_check"][0] == "debug.deadlock_check"
 
 
-def test_readme_table_is_the_rendering():
+def test_docs_table_is_the_rendering():
     import os
 
-    readme = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
-    text = open(readme).read()
+    page = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "user-guide", "torchair.md")
+    text = open(page).read()
     assert surface.render() in text, "run `make docs` to regenerate the TorchAir table"
 
 

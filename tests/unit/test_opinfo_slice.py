@@ -131,13 +131,16 @@ def test_slice_integer_and_bool_max_autotune(dtype):
     assert not bad, "\n".join(bad)
 
 
-def test_several_dtypes_render_one_readme_block(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("# x\n\n" + opinfo_sweep.START.format(dtype="dtypes") + "\nold\n"
+def test_several_dtypes_render_one_page_block(tmp_path):
+    page = tmp_path / "opinfo.md"
+    page.write_text("# x\n\n" + opinfo_sweep.START.format(dtype="dtypes") + "\nold\n"
                       + opinfo_sweep.END.format(dtype="dtypes") + "\n\ntail\n")
     code = opinfo_sweep.main(["--dtypes", "int32", "bool", "--ops", "add", "--check",
-                              "--mode", "max-autotune", "--write-readme", str(readme)])
-    text = readme.read_text()
+                              "--mode", "max-autotune", "--write-page", str(page), "--json", str(tmp_path / "r.json")])
+    text = page.read_text()
     assert code == 0
     assert "old" not in text and text.endswith("tail\n")
+    # the block says when it ran, on which torch and with which command (not where it wrote)
+    assert f"torch {torch.__version__}: `python benchmarks/opinfo_sweep.py --dtypes int32 bool --ops add " \
+        "--check --mode max-autotune`." in text and "r.json" not in text
     assert "| int32 | `max-autotune` | 1 | 1 |" in text and "| bool | `max-autotune` | 1 | 1 |" in text

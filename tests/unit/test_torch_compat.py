@@ -159,7 +159,7 @@ def test_import_fails_early_on_a_torch_outside_the_range():
 
 
 def test_every_environment_variable_read_is_declared():
-    """The package names no TORCHAIR_* variable that envvars.VARIABLES (the README's table)
+    """The package names no TORCHAIR_* variable that envvars.VARIABLES (the docs' table)
     does not list, and every listed one is named somewhere in the package."""
     import re
 

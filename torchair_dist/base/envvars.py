@@ -3,8 +3,8 @@
 Each reader names the variable and the values it accepts in its error (a
 :class:`~torchair_dist.errors.ConfigError`), and reads lazily: ``import torchair_dist`` never
 fails on a bad value; the first use of the variable does. :data:`VARIABLES` lists them all with
-what they do (the README's table is this table; ``tests/unit/test_envvars.py`` checks that the
-package reads no other ``TORCHAIR_DIST_*`` variable).
+what they do (docs/reference/environment.md renders this table;
+``tests/unit/test_torch_compat.py`` checks that the package names no other ``TORCHAIR_*`` variable).
 """
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ END = "<!-- env-vars:end -->"
 
 
 def render() -> str:
-    """The README's table of the environment variables."""
+    """The table of the environment variables (docs/reference/environment.md)."""
     lines = [START, "", "| variable | accepts | what it does |", "|---|---|---|"]
     lines += [f"| `{name}` | {accepted.replace('|', chr(92) + '|')} | {doc} |"
               for name, (accepted, doc) in sorted(VARIABLES.items())]

@@ -1,17 +1,20 @@
-"""Generate the README's generated sections from the code (so they cannot drift).
+"""Render the documentation's generated sections from the code (so they cannot drift).
 
-  python -m torchair_dist.tools.docs                 # print both sections
-  python -m torchair_dist.tools.docs --write README.md
+  python -m torchair_dist.tools.docs                 # print every section
+  python -m torchair_dist.tools.docs --write .       # splice them into the pages under docs/
 
-Sections: the config reference (every option, what it accepts, where it takes effect — derived
-from the pipeline's declared reads), the architecture's stage table (:func:`render_stage_table`,
-from ``pipeline.stages``' table), the environment variables (``envvars.render``) and the
-"Coming from TorchAir" name table (``torchair_surface.render``).
+Sections, and the page each lives on (:data:`PAGES`): the config reference (every option, what
+it accepts, where it takes effect — derived from the pipeline's declared reads), the
+architecture's stage table (:func:`render_stage_table`, from ``pipeline.stages``' table), the
+environment variables (``envvars.render``) and the TorchAir name table
+(``torchair_surface.render``). ``tests/unit/test_docs.py`` checks every page is current.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from typing import Callable, Dict, List, Tuple
 
 from ..base import envvars
 from ..compat import surface as torchair_surface
@@ -28,7 +31,7 @@ def splice(text: str, start: str, end: str, body: str) -> str:
     """``text`` with what lies between the markers ``start`` and ``end`` replaced by ``body``
     (which carries the markers itself)."""
     if start not in text or end not in text:
-        raise SystemExit(f"README.md lacks the markers {start!r} / {end!r}")
+        raise SystemExit(f"the page lacks the markers {start!r} / {end!r}")
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
     return head + body + tail
@@ -72,7 +75,7 @@ def render_config_reference() -> str:
 
 
 def render_stage_table() -> str:
-    """The README's stage table: one line per stage and, per mode, the stage's step number in
+    """The architecture page's stage table: one line per stage and, per mode, the stage's step number in
     that mode's row (blank: not in the mode), so reading a mode's column by number is reading
     the order its stages run."""
     modes = list(pipeline.MODE_TABLE)
@@ -96,25 +99,56 @@ def render_stage_table() -> str:
     return "\n".join(lines)
 
 
-def splice_all(text: str) -> str:
-    text = splice(text, envvars.START, envvars.END, envvars.render())
-    text = splice(text, START, END, render_config_reference())
-    text = splice(text, torchair_surface.START, torchair_surface.END, torchair_surface.render())
-    return splice(text, STAGES_START, STAGES_END, render_stage_table())
+# page (relative to the checkout's root) -> the sections on it: (start marker, end marker, render)
+Section = Tuple[str, str, Callable[[], str]]
+PAGES: Dict[str, List[Section]] = {
+    "docs/reference/config.md": [(START, END, render_config_reference)],
+    "docs/reference/environment.md": [(envvars.START, envvars.END, envvars.render)],
+    "docs/architecture.md": [(STAGES_START, STAGES_END, render_stage_table)],
+    "docs/user-guide/torchair.md": [(torchair_surface.START, torchair_surface.END,
+                                     torchair_surface.render)],
+}
+
+
+def splice_page(page: str, text: str) -> str:
+    """``text`` (the page ``page``) with each of its generated sections rendered afresh."""
+    for start, end, render in PAGES[page]:
+        text = splice(text, start, end, render())
+    return text
+
+
+def stale_pages(root: str) -> List[str]:
+    """The pages under ``root`` whose generated sections differ from a fresh rendering."""
+    stale = []
+    for page in PAGES:
+        with open(os.path.join(root, page)) as f:
+            text = f.read()
+        if splice_page(page, text) != text:
+            stale.append(page)
+    return stale
+
+
+def write_pages(root: str) -> None:
+    for page in PAGES:
+        path = os.path.join(root, page)
+        with open(path) as f:
+            text = f.read()
+        new = splice_page(page, text)
+        if new != text:
+            with open(path, "w") as f:
+                f.write(new)
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description="Render the README's generated sections")
-    p.add_argument("--write", metavar="README", help="splice the sections into this file")
+    p = argparse.ArgumentParser(description="Render the documentation's generated sections")
+    p.add_argument("--write", metavar="ROOT",
+                   help="splice the sections into the pages under this checkout root (docs/...)")
     args = p.parse_args(argv)
     if args.write:
-        with open(args.write) as f:
-            text = f.read()
-        with open(args.write, "w") as f:
-            f.write(splice_all(text))
+        write_pages(args.write)
     else:
-        sys.stdout.write(render_config_reference() + "\n\n" + render_stage_table() + "\n\n" +
-                         torchair_surface.render() + "\n")
+        sys.stdout.write("\n\n".join(render() for sections in PAGES.values()
+                                      for _, _, render in sections) + "\n")
 
 
 if __name__ == "__main__":
