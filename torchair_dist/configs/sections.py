@@ -205,6 +205,15 @@ class NpuGraphExConfig(ConfigBase):
         self.capture_error_mode = ChoiceOption(
             "global", ["global", "thread_local", "relaxed"], "device graph capture error mode")
         self.force_recapture = BoolOption(False, "recapture on every call (debugging)")
+        self.capture_sizes = IntListOption(
+            None, "sizes of the batch dimension (dim 0 of the first input whose dim 0 is "
+            "dynamic) captured up front at the first call, largest first, into one pool "
+            "(vLLM's cudagraph_capture_sizes); a call of another size is padded up "
+            "(pad_to_capture_size) or runs eagerly, that call only")
+        self.pad_to_capture_size = BoolOption(
+            False, "rows along the batch dimension are independent: a call whose batch size "
+            "is not among capture_sizes is padded up to the next one and its outputs sliced "
+            "back (off: that call runs eagerly)")
         self._freeze()
 
 
