@@ -4,6 +4,7 @@ import warnings
 import pytest
 import torch
 
+import torchair_dist
 from torchair_dist import CompilerConfig, get_npu_backend
 from torchair_dist.backends.aclgraph import runner as runner_mod
 
@@ -61,10 +62,16 @@ def test_outputs_aliasing_inputs():
 
 
 def test_outputs_are_overwritten_without_clone_and_kept_with_it():
+    """Without clone: an output held across the next replay (its memory overwritten) raises
+    on use instead of showing the next step's values; with clone it keeps its values."""
+    from torchair_dist.backends.aclgraph.outputs import StaleOutputError
+
     f = compile_fn(lambda x: x * 2)
     first = f(torch.ones(2))
-    f(torch.full((2,), 5.0))
-    assert torch.equal(first, torch.full((2,), 10.0)), "captured output buffer is reused"
+    second = f(torch.full((2,), 5.0))
+    with pytest.raises(StaleOutputError, match="used after a later replay"):
+        first.sum()
+    assert torch.equal(second, torch.full((2,), 10.0))
     torch._dynamo.reset()
     f = compile_fn(lambda x: x * 2, **{"debug.aclgraph.enable_output_clone": True})
     first = f(torch.ones(2))
@@ -99,17 +106,22 @@ def test_several_shapes_get_their_own_capture(runners):
     assert runners[0].capture_count == 3 and len(runners[0].captures) == 3
 
 
-def test_capture_limit_warns_once_and_falls_back(runners):
+def test_capture_limit_warns_once_and_runs_only_new_keys_eagerly(runners):
+    """Past static_capture_size_limit a new key runs eagerly (one warning); the captured keys
+    keep replaying (TorchAir turns the whole graph eager instead)."""
     f = compile_fn(lambda x: x * 3, dynamic=True,
                    **{"debug.aclgraph.static_capture_size_limit": 2})
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
-        for n in (2, 3, 4, 5, 6):
+        for n in (2, 3, 4, 5, 6, 2, 3):
             x = torch.randn(n)
             assert torch.equal(f(x), x * 3)
     hits = [w for w in rec if "static_capture_size_limit reached" in str(w.message)]
     assert len(hits) == 1
-    assert runners[0].fallback_eager and not runners[0].captures
+    assert not runners[0].fallback_eager and len(runners[0].captures) == 2
+    counts = next(iter(torchair_dist.capture_report().values()))
+    assert sum(k.get("replays", 0) for k in counts.values()) == 2
+    assert sum(k.get("capture_limit", 0) for k in counts.values()) == 3
 
 
 class _Lin(torch.nn.Module):

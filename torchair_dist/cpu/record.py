@@ -295,6 +295,7 @@ class RecordGraph(CaptureGraph):
         self.ops: List[Any] = []
         self.stream_order = "program"  # the order replays run the streams in (see .concurrency)
         self.run: Optional[Callable[[List[Any]], None]] = None
+        self.peak_bytes: Optional[int] = None
         self._buffers: List[Any] = []
         self._consts: List[Any] = []
 
@@ -357,7 +358,14 @@ class RecordGraph(CaptureGraph):
         exec(compile(self.source, "<torchair_dist record replay>", "exec"), namespace)  # noqa: S102
         self.run = self.replay_sole = namespace["make"](gen.consts)
         self._consts = gen.consts
+        self.peak_bytes = _peak_bytes(entries, inputs, outputs)
         self.ops = [entry[0] for entry in entries]  # what a replay issues, in order
+
+    def pool_bytes(self) -> Optional[int]:
+        """The model of this graph's share of a device pool: the most bytes its recorded ops
+        hold at once (each allocation live from the op that makes it to its last reader; the
+        outputs to the end), inputs excluded."""
+        return self.peak_bytes
 
     def replay(self, inputs: Optional[List[Any]] = None) -> None:
         """Re-issue the recorded ops on ``inputs`` (default: the captured buffers)."""
@@ -365,6 +373,46 @@ class RecordGraph(CaptureGraph):
         pool = self.pool
         if pool is not None and pool.graphs and pool.graphs[-1]() is not self:  # a later one
             pool.clobber_after(self)
+
+
+def _tensors(value) -> List[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+def _peak_bytes(entries, inputs, outputs) -> int:
+    """Peak bytes held by the allocations a record makes (see ``RecordGraph.pool_bytes``)."""
+    given = {t.untyped_storage().data_ptr() for t in _tensors(list(inputs))}
+    kept = {t.untyped_storage().data_ptr() for t in _tensors(list(outputs))}
+    size: Dict[int, int] = {}
+    born: Dict[int, int] = {}
+    last: Dict[int, int] = {}
+    for k, (_, args, kwargs, out) in enumerate(entries):
+        for t in _tensors(list(args)) + _tensors(kwargs):
+            last[t.untyped_storage().data_ptr()] = k
+        for t in _tensors(out):
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in given and ptr not in size:
+                size[ptr] = t.untyped_storage().nbytes()
+                born[ptr] = k
+            last[ptr] = max(last.get(ptr, k), k)
+    live = peak = 0
+    births: Dict[int, int] = {}
+    deaths: Dict[int, int] = {}
+    for ptr, n in size.items():
+        births[born[ptr]] = births.get(born[ptr], 0) + n
+        if ptr not in kept:
+            deaths[last[ptr]] = deaths.get(last[ptr], 0) + n
+    for k in range(len(entries)):
+        live += births.get(k, 0)
+        peak = max(peak, live)
+        live -= deaths.get(k, 0)
+    return peak
 
 
 _VALUE = re.compile(r"\bv\d+\b")

@@ -196,6 +196,8 @@ def eager_version_bumps(gm: torch.fx.GraphModule) -> Optional[Dict[int, int]]:
         except Exception:  # noqa: BLE001 - a tensor subclass without one storage
             return None
 
+    if not isinstance(getattr(gm, "graph", None), torch.fx.Graph):
+        return None  # a boxed wrapper (compiled autograd): AOT's count stands
     owners: Dict[Any, int] = {}
     placeholders = gm.graph.find_nodes(op="placeholder")
     for i, node in enumerate(placeholders):

@@ -65,6 +65,10 @@ class CaptureGraph(abc.ABC):
         """Recompute into :attr:`outputs`. ``inputs`` (only when :attr:`reads_caller_inputs`):
         the caller's inputs, read at the fed positions instead of the static buffers."""
 
+    def pool_bytes(self) -> Optional[int]:
+        """The bytes this graph takes in its memory pool (None: not measured)."""
+        return None
+
     def replay_sole(self, inputs: List[Any]) -> None:
         """:meth:`replay` from ``inputs`` for a capture that is alone in its memory pool (a
         stand-in may skip the pool's bookkeeping)."""

@@ -28,6 +28,7 @@ class DeviceGraph(CaptureGraph):
         self.capture_error_mode = capture_error_mode
         self.outputs: Sequence[Any] = ()
         self.user_events: List[Any] = []
+        self.reserved_bytes = None
 
     def capture(self, fn: Callable, inputs: List[Any]) -> Sequence[Any]:
         """Warm up, then capture, both on this graph's capture stream. Capturing records
@@ -48,10 +49,15 @@ class DeviceGraph(CaptureGraph):
         for out in first if isinstance(first, (list, tuple)) else [first]:
             if isinstance(out, torch.Tensor) and out.device.type == self.platform.device_type:
                 out.record_stream(caller)
+        reserved = getattr(module, "memory_reserved", None)
+        before = reserved() if reserved is not None else None
         with stream_runtime.capture_log() as recorded, \
                 self.platform.graph_context(self.graph, pool=self.pool, stream=stream,
                                             capture_error_mode=self.capture_error_mode):
             self.outputs = fn(list(inputs))
+        # what the capture added to the allocator's reserve (blocks a shared pool already
+        # held are not counted again)
+        self.reserved_bytes = reserved() - before if before is not None else None
         # User events recorded inside: the graph recorded private external events; the user's
         # own are re-recorded after each replay so waits outside the graph see them.
         self.user_events = [stream_runtime.user_object(tag) for tag in recorded]
@@ -72,6 +78,9 @@ class DeviceGraph(CaptureGraph):
             caller = getattr(torch, self.platform.device_type).current_stream()
             for event in self.user_events:
                 event.record(caller)
+
+    def pool_bytes(self):
+        return self.reserved_bytes
 
     def pool_handle(self):
         return self.graph.pool()

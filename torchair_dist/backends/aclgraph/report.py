@@ -19,14 +19,17 @@ Keys: ``captures`` (first captures and recaptures), ``replays``, ``recaptures`` 
 a key that was captured before), ``capture_reasons`` (per reason: "first capture", "new shape"
 for a later key of the same graph, and the recapture reasons "moved mutated input <i>",
 "moved parameter <i>", "force_recapture"),
-``capture_limit`` (1 when the key hit ``static_capture_size_limit`` and the graph gave up
-capturing), and for a graph that breaks a device-graph rule the ``*`` key with
-``uncaptured_runs`` and ``uncaptured_reason``.
+``capture_limit`` (calls of a new key past ``static_capture_size_limit``, which ran eagerly),
+``capture_time_s`` (seconds spent capturing the key) and ``capture_bytes`` (the bytes its graph
+takes in the pool: the CPU record stand-in's model of a device pool, a device's allocator), and
+for a graph that breaks a device-graph rule the ``*`` key with ``uncaptured_runs`` and
+``uncaptured_reason``. :func:`capture_summary` gives each graph's memory (pool and input
+buffers) and how its batch sizes were served (padded, eager).
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from ...base.util import on_dynamo_reset
 
@@ -35,6 +38,8 @@ log = logging.getLogger("torchair_dist")
 _counts: Dict[tuple, int] = {}
 _reasons: Dict[tuple, str] = {}  # (graph, "*") -> why the graph is not captured
 _cells: Dict[tuple, List[int]] = {}  # (graph, key) -> [replays] (replay_cell)
+_values: Dict[tuple, Any] = {}  # (graph, key, what) -> a measured value (time, bytes)
+_summary: Dict[str, Dict[str, Any]] = {}  # graph -> memory and batch-size counts
 
 
 def _current() -> Dict[tuple, int]:
@@ -46,10 +51,16 @@ def _bump(graph: str, key: str, what: str) -> None:
     counts[(graph, key, what)] = counts.get((graph, key, what), 0) + 1
 
 
-def captured(graph: str, key: str, reason: str, recapture: bool) -> None:
-    """A capture of ``key``: the first ("first capture", "new shape") or a recapture."""
+def captured(graph: str, key: str, reason: str, recapture: bool, seconds: float = 0.0,
+             nbytes: Optional[int] = None) -> None:
+    """A capture of ``key``: the first ("first capture", "new shape") or a recapture; how long
+    it took and how many bytes its graph takes in the pool (None: not measured)."""
     _bump(graph, key, "captures")
     _bump(graph, key, "reason:" + reason)
+    _values[(graph, key, "capture_time_s")] = round(
+        _values.get((graph, key, "capture_time_s"), 0.0) + seconds, 6)
+    if nbytes is not None:
+        _values[(graph, key, "capture_bytes")] = nbytes
     if recapture:
         _bump(graph, key, "recaptures")
         log.debug("%s: recapture of key %s (%s)", graph, key, reason)
@@ -64,6 +75,44 @@ def replay_cell(graph: str, key: str) -> List[int]:
     if cell is None:
         cell = _cells[(graph, key)] = [0]
     return cell
+
+
+def pool(graph: str, memory: Dict[str, Any]) -> None:
+    """The graph's memory after a capture (``AclGraphRunner.memory``)."""
+    _summary.setdefault(graph, {}).update({k: v for k, v in memory.items() if v is not None})
+
+
+def padded(graph: str, n: int, size: int) -> None:
+    """A call of batch size ``n`` padded up to the declared size ``size``."""
+    calls = _summary.setdefault(graph, {}).setdefault("padded", {})
+    calls[f"{n}->{size}"] = calls.get(f"{n}->{size}", 0) + 1
+
+
+def eager_call(graph: str, n: int, why: str) -> None:
+    """A call of batch size ``n`` that ran eagerly (not a declared size; ``why``)."""
+    calls = _summary.setdefault(graph, {}).setdefault("eager", {})
+    calls[f"{n}: {why}"] = calls.get(f"{n}: {why}", 0) + 1
+    log.debug("%s: batch size %d runs eagerly (%s)", graph, n, why)
+
+
+def capture_summary() -> Dict[str, Dict[str, Any]]:
+    """Per ACL graph: its memory and how its batch sizes were served, since the last reset.
+
+    ``pool_bytes`` (captures that share one pool take the largest one's blocks, each in a pool
+    of its own the sum; on CPU the record stand-in's model of a device pool, on a device what
+    the captures added to the allocator's reserve), ``input_bytes`` (the copied inputs'
+    buffers: one per input, sized for the largest capture), ``captures``,
+    ``capture_time_s`` (all captures), and with declared ``npugraphex_config.capture_sizes``:
+    ``padded`` (``"n->size"``: calls padded up) and ``eager`` (``"n: why"``: calls of a batch
+    size that ran eagerly)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for graph, entry in _summary.items():
+        out[graph] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in entry.items()}
+    for (graph, _key, what), value in _values.items():
+        if what == "capture_time_s":
+            row = out.setdefault(graph, {})
+            row["capture_time_s"] = round(row.get("capture_time_s", 0.0) + value, 6)
+    return out
 
 
 def capture_limit(graph: str, key: str, limit: int) -> None:
@@ -85,6 +134,7 @@ def capture_report() -> Dict[str, Dict[str, Dict[str, Any]]]:
     table = dict(_current())
     table.update({(graph, key, "replays"): cell[0] for (graph, key), cell in _cells.items()
                   if cell[0]})
+    table.update(_values)
     for (graph, key, what), n in sorted(table.items(), key=lambda kv: str(kv[0])):
         entry = out.setdefault(graph, {}).setdefault(key, {})
         if what.startswith("reason:"):
@@ -106,5 +156,7 @@ def reset_capture_report() -> None:
     """Forget every count (``torch._dynamo.reset()`` does this too)."""
     _counts.clear()
     _reasons.clear()
+    _values.clear()
+    _summary.clear()
     for cell in _cells.values():  # runners hold them: zero in place
         cell[0] = 0

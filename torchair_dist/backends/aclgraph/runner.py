@@ -7,22 +7,32 @@ Input policy (as in TorchAir's ACL graph):
 - other user inputs are copied into the captured buffers before each replay (``clone_input``);
   with ``clone_input=False`` the graph is captured on the caller's tensors and only inputs
   that arrive at a new address are copied.
-Outputs are the captured buffers, overwritten by the next replay, unless
-``enable_output_clone`` clones them. Past ``static_capture_size_limit`` keys the runner warns
-once, drops every capture and runs the forward eagerly from then on.
+Outputs live in the graph's pool and are handed out without copies, valid until the next
+replay of the graph; an output still held then is switched to a tensor that raises on any use
+(:mod:`.outputs`), unless ``enable_output_clone`` copies them. Captures of one graph share one
+pool; a copied input has one buffer per position, sized for the largest capture and viewed by
+every smaller one. Past ``static_capture_size_limit`` keys a new key runs eagerly (that call
+only, one warning); the keys captured keep replaying. Declared ``capture_sizes`` are captured at
+the first call, largest first, and other batch sizes padded up or run eagerly (:mod:`.sizes`).
+Each capture's time and bytes go to the capture report.
 """
 from __future__ import annotations
 
 import logging
+import sys
+import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from ...base.layout import clone_keeping_views, same_layout_copy, written_part
+from ...base.layout import clone_keeping_views, copy_into, written_part
 from ...platform.interfaces import CaptureFactory
 from ..context import GraphContext
 from . import report
+from .entry_code import key_and_entry
+from .outputs import HandedOut
+from .sizes import check_sizes, find_batch_dim, padded_size, resized, sliced
 from .rules import CaptureSkipped, find_uncapturable, skip_message
 
 log = logging.getLogger("torchair_dist")
@@ -32,7 +42,8 @@ class _Capture:
     """One captured graph: its static inputs, the graph, and the pointers it was made on."""
 
     __slots__ = ("graph", "static_inputs", "copy_indices", "pinned_ptrs", "outputs",
-                 "output_alias", "reads_caller_inputs", "replays", "fast")
+                 "output_alias", "reads_caller_inputs", "replays", "fast", "pool_positions",
+                 "seconds", "bytes", "handed")
 
     def __init__(self, graph, static_inputs, copy_indices, pinned_ptrs, outputs, output_alias,
                  private_buffers: bool):
@@ -48,6 +59,12 @@ class _Capture:
         self.reads_caller_inputs = private_buffers and graph.reads_caller_inputs
         self.replays: List[int] = [0]  # the capture report's counter of its replays
         self.fast: tuple = ()  # what the runner's generated replay reads (_REPLAY_BODY)
+        # outputs in the pool (tensors not aliasing an input): handed out fresh per replay
+        self.pool_positions = tuple(i for i, (o, a) in enumerate(zip(outputs, output_alias))
+                                    if isinstance(o, torch.Tensor) and not a)
+        self.seconds = 0.0
+        self.bytes: Optional[int] = None
+        self.handed: Optional[HandedOut] = None  # its own outputs (a pool of its own)
 
 
 class AclGraphRunner:
@@ -60,7 +77,6 @@ class AclGraphRunner:
         self.shared_pool = graph_factory.shared_pool
         self.uncapturable = find_uncapturable(ctx.gm)  # a device rule the graph breaks
         self._warned_uncaptured = False
-        self._warned_pool = False
         self._all_mutated = sorted(set(ctx.mutated_input_indices))
         self.forward = forward
         self.name = ctx.graph_name
@@ -79,13 +95,30 @@ class AclGraphRunner:
         self.key_ptr_indices = [] if frozen else self.static_indices
         self.key_shape_indices = sorted(self.user_indices + self.mutated_indices)
         self.captures: Dict[Any, _Capture] = {}
-        self.fallback_eager = False
+        self.fallback_eager = False  # kept for callers; the limit no longer turns it on
+        self._warned_limit = False
+        self.handed = HandedOut(self.name)
+        self._input_storage: Dict[int, Any] = {}  # copied input -> its shared buffer storage
+        self._input_dtypes: Dict[int, Any] = {}
+        self.sizes = check_sizes(cfg.get("npugraphex_config.capture_sizes") or [], self.name)
+        self.pad = cfg.get("npugraphex_config.pad_to_capture_size")
+        self.batch = find_batch_dim(ctx.gm, ctx.example_inputs, self.user_indices) \
+            if self.sizes else None
+        self._declared_pending = bool(self.sizes)
+        if self.sizes and self.batch is None:
+            warnings.warn(f"npugraphex_config.capture_sizes is ignored for graph {self.name}: "
+                          f"no input has a dynamic dim 0 (compile with dynamic=True or "
+                          f"torch._dynamo.mark_dynamic the batch dim)", UserWarning, stacklevel=2)
+            self.sizes = []
+            self._declared_pending = False
+        self._pad_refused = self.batch is not None and bool(
+            set(self.batch.tensor_inputs) & set(self.mutated_indices))
         self.capture_count = 0  # captures made, recaptures included (tests and stats)
         self._shape_keys: Dict[Any, str] = {}  # shape part of a key -> its report name
         # key -> the ``fast`` tuple of a capture that needs no check per call (_install_fast)
         self._fast: Dict[Any, tuple] = {}
         self._first_direct: Optional[Callable] = None  # direct_call: the first call's route
-        self.capture_key, self.entry, self._replay, self._direct = _key_and_entry(
+        self.capture_key, self.entry, self._replay, self._direct = key_and_entry(
             self.key_shape_indices, self.key_ptr_indices, ctx.example_inputs, self._fast,
             self._call, self._direct_slow)
 
@@ -132,6 +165,12 @@ class AclGraphRunner:
             return self.forward(args)
         if self.uncapturable is not None:
             return self._uncaptured(args)
+        if self._declared_pending:
+            self._capture_declared(args)
+        if self.batch is not None:
+            n = self.batch.size_of(args)
+            if n not in self.sizes:
+                return self._undeclared_size(args, n)
         key = self.capture_key(args)
         cap = self.captures.get(key)
         if cap is None or self.force_recapture or (cap.pinned_ptrs and
@@ -144,27 +183,35 @@ class AclGraphRunner:
         reason = self._recapture_reason(cap, args)
         if cap is None and len(self.captures) >= self.capture_limit:
             report.capture_limit(self.name, self.report_key(key), self.capture_limit)
-            return self._give_up(args)
+            return self._past_limit(args)
         recapture = cap is not None or key[0] in {k[0] for k in self.captures}
         if cap is None:
             reason = ("moved parameter" if recapture else
                       "new shape" if self.captures else "first capture")
+        started = time.perf_counter()
         try:
             cap, outputs = self._capture(args)
         except CaptureSkipped as skip:
             self.uncapturable = skip.found
             return self._uncaptured(args)
+        cap.seconds = time.perf_counter() - started
+        cap.bytes = cap.graph.pool_bytes()
+        was_alone = len(self.captures) == 1
         self.captures[key] = cap
         key_name = self.report_key(key)
         cap.replays = report.replay_cell(self.name, key_name)
-        report.captured(self.name, key_name, reason, recapture)
+        report.captured(self.name, key_name, reason, recapture, cap.seconds, cap.bytes)
+        report.pool(self.name, self.memory())
         expanded = tuple(i for i in cap.copy_indices
                          if written_part(cap.static_inputs[i]) is not cap.static_inputs[i])
         cap.fast = (cap.reads_caller_inputs, cap.static_inputs,
                     tuple(i for i in cap.copy_indices if i not in expanded),
                     tuple((i, written_part) for i in expanded), self.clone_input,
                     cap.graph.replay, cap.outputs, cap.replays, self.name,
-                    key_name)
+                    key_name, self._handed_for(cap).replace, cap.pool_positions)
+        if was_alone and self.shared_pool:  # the first capture no longer has the pool alone
+            for other_key, other in self.captures.items():
+                self._install_fast(other_key, other)
         self._install_fast(key, cap)
         return self._returned(cap, outputs)
 
@@ -173,22 +220,28 @@ class AclGraphRunner:
         where none applies: no forced recapture, no input pinned by address, no output
         clones, one capture in a shared pool (a second one drops every fast replay)."""
         self._fast.pop(key, None)
-        if self.shared_pool and len(self.captures) > 1:
-            self._fast.clear()
-            return
         if self.force_recapture or cap.pinned_ptrs or self.clone_output:
             return
-        if cap.reads_caller_inputs:
-            # The graph's own replay from the caller's inputs: with at most one capture in the
-            # pool (above) there is no later capture whose outputs a replay must overwrite.
+        if cap.reads_caller_inputs and not (self.shared_pool and len(self.captures) > 1):
+            # The graph's own replay from the caller's inputs: alone in its pool, there is no
+            # later capture whose outputs a replay must overwrite.
             self._fast[key] = cap.fast[:5] + (cap.graph.replay_sole,) + cap.fast[6:]
         else:
             self._fast[key] = cap.fast
 
     def _returned(self, cap: _Capture, outputs):
-        if self.clone_output or self._pool_shared_by_several():
+        if self.clone_output:
             return clone_keeping_views(outputs, cap.output_alias)
-        return list(outputs)
+        return self._handed_for(cap).replace(outputs, cap.pool_positions)
+
+    def _handed_for(self, cap: _Capture) -> HandedOut:
+        """Whose outputs a replay of ``cap`` overwrites: every capture's when they share one
+        pool, else only its own."""
+        if self.shared_pool:
+            return self.handed
+        if cap.handed is None:
+            cap.handed = HandedOut(self.name)
+        return cap.handed
 
     def _recapture_reason(self, cap: Optional[_Capture], args) -> str:
         """Why the capture of this key is made again ("" for none)."""
@@ -200,21 +253,6 @@ class AclGraphRunner:
             if args[i].data_ptr() != ptr:
                 return f"moved mutated input {i}"
         return ""
-
-    def _pool_shared_by_several(self) -> bool:
-        """Captures sharing one pool: a replay may overwrite outputs kept from another key's
-        replay (its intermediates can reuse their blocks), so outputs are returned as copies."""
-        if not (self.shared_pool and len(self.captures) > 1):
-            return False
-        if not self._warned_pool:
-            self._warned_pool = True
-            warnings.warn(
-                f"graph {self.name} now holds {len(self.captures)} captures (graph keys) that "
-                f"share one memory pool: a replay of one key can overwrite the outputs kept "
-                f"from another key's replay, so its outputs are returned as copies from now on. "
-                f"Set config.debug.aclgraph.disable_mempool_reuse_in_same_fx=True to give each "
-                f"capture its own pool (no copies, more memory).", UserWarning, stacklevel=3)
-        return True
 
     def _uncaptured(self, args):
         if not self._warned_uncaptured:
@@ -230,7 +268,7 @@ class AclGraphRunner:
         copy_indices = [i for i in self.user_indices if isinstance(args[i], torch.Tensor)]
         if self.clone_input:
             for i in copy_indices:
-                static_inputs[i] = same_layout_copy(args[i])
+                static_inputs[i] = self._input_buffer(i, args[i])
         pinned = {i: args[i].data_ptr() for i in self.mutated_indices
                   if isinstance(args[i], torch.Tensor)}
         graph = self.graph_factory()
@@ -261,94 +299,94 @@ class AclGraphRunner:
                     args[i].copy_(value)
             raise
 
-    def _give_up(self, args):
-        warnings.warn(
-            f"The static_capture_size_limit reached: graph {self.name} already holds "
-            f"{len(self.captures)} captures (config.debug.aclgraph.static_capture_size_limit="
-            f"{self.capture_limit}); it runs eagerly from now on. Raise the limit or mark "
-            f"fewer dimensions dynamic.", UserWarning, stacklevel=2)
-        self.captures.clear()
-        self._fast.clear()
-        self.fallback_eager = True
+    def _past_limit(self, args):
+        """A new key past ``static_capture_size_limit``: this call runs eagerly; the keys
+        captured before keep replaying (TorchAir turns the whole graph eager here)."""
+        if not self._warned_limit:
+            self._warned_limit = True
+            warnings.warn(
+                f"The static_capture_size_limit reached: graph {self.name} already holds "
+                f"{len(self.captures)} captures (config.debug.aclgraph.static_capture_size_limit="
+                f"{self.capture_limit}); calls with a new graph key run eagerly, the captured "
+                f"keys keep replaying. Raise the limit, declare npugraphex_config.capture_sizes "
+                f"with pad_to_capture_size, or mark fewer dimensions dynamic.", UserWarning,
+                stacklevel=3)
         return self.forward(args)
 
-
-_SCALARS = (int, float, bool)
-
-# One replay of a capture without the runner's per-call checks, as source: ``C`` is the
-# capture's _Capture.fast tuple and ``A`` the caller's inputs. Inputs are fed (the record
-# stand-in's replay reads the copied inputs from A itself; otherwise they are copied into the
-# captured buffers), the graph is replayed, the replay
-# counted and logged at DEBUG (the logger's level cache answers without a call) and the
-# captured outputs returned. Both ``replay(A, C)`` and the body of ``entry`` are this text.
-_REPLAY_BODY = """\
-    reads, static, indices, narrowed, clone, replay, outputs, replays, name, key_name = C
-    if reads:
-        replay(A)
-    else:
-        for i in indices:
-            if clone or A[i].data_ptr() != static[i].data_ptr():
-                static[i].copy_(A[i])
-        for i, part in narrowed:
-            part(static[i]).copy_(part(A[i]))
-        replay()
-    replays[0] += 1
-    if level_cache.get(10) is not False and log.isEnabledFor(10):
-        log.debug("%s: replay of key %s", name, key_name)
-    return list(outputs)
-"""
-
-
-_GRAD_OFF_REPLAY = """\
-        grad = is_grad()
-        if grad:
-            set_grad(False)
+    # -- declared sizes ---------------------------------------------------------------------
+    def _capture_declared(self, args) -> None:
+        """Capture every declared size, largest first, from this call's inputs cut or padded
+        to each size. Inputs the graph mutates are restored afterwards (the captures run the
+        graph on made-up rows)."""
+        self._declared_pending = False
+        saved = {i: args[i].clone() for i in self._all_mutated if isinstance(args[i], torch.Tensor)}
+        show = sys.stderr.isatty()
+        started = time.perf_counter()
         try:
-            return replay_capture(A, C)  # ``replay`` is a local of the body below
+            for done, size in enumerate(self.sizes):
+                sized = resized(args, self.batch, size)
+                key = self.capture_key(sized)
+                if key not in self.captures and len(self.captures) < self.capture_limit:
+                    self._capture_call(sized, key, None)
+                if show:
+                    print(f"\rtorchair_dist: {self.name}: captured size {size} "
+                          f"({done + 1}/{len(self.sizes)}, {time.perf_counter() - started:.1f} s)",
+                          end="", file=sys.stderr, flush=True)
+            if show:
+                print(file=sys.stderr)
         finally:
-            if grad:
-                set_grad(True)
-"""
+            with torch.no_grad():
+                for i, value in saved.items():
+                    args[i].copy_(value)
+        log.info("%s: captured %d declared sizes in %.2f s (%s bytes in the pool model)",
+                 self.name, len(self.sizes), time.perf_counter() - started,
+                 self.memory().get("pool_bytes"))
 
+    def _undeclared_size(self, args, n: int):
+        """A batch of ``n`` rows, not a declared size: padded up and sliced back, or eager."""
+        target = padded_size(self.sizes, n) if self.pad and not self._pad_refused else None
+        if target is None:
+            why = ("above the largest declared size" if self.pad and not self._pad_refused else
+                   "a mutated input has the batch dim" if self._pad_refused else
+                   "pad_to_capture_size is off")
+            report.eager_call(self.name, n, why)
+            return self.forward(args)
+        report.padded(self.name, n, target)
+        return sliced(self._call(resized(args, self.batch, target)), self.batch, n)
 
-def _key_and_entry(shape_indices, ptr_indices, examples, fast, slow, slow_direct):
-    """``capture_key(A)``, ``entry(A)``, ``replay(A, C)`` and ``direct(*A)`` generated for
-    one graph's inputs.
+    # -- memory -----------------------------------------------------------------------------
+    def _input_buffer(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """Position ``i``'s captured buffer for ``x``: a view, with ``x``'s layout, of one
+        storage per position, grown only when a larger capture needs it (largest first: one)."""
+        extent = 0 if x.numel() == 0 else 1 + sum(
+            (n - 1) * st for n, st in zip(x.size(), x.stride()))
+        need = (x.storage_offset() + extent) * x.element_size()
+        storage = self._input_storage.get(i)
+        if (storage is None or storage.nbytes() < need or storage.device != x.device
+                or self._input_dtypes.get(i) != x.dtype):
+            storage = torch.empty(max(need // x.element_size(), 1), dtype=x.dtype,
+                                  device=x.device).untyped_storage()
+            self._input_storage[i] = storage
+            self._input_dtypes[i] = x.dtype
+        buf = torch.empty((0,), dtype=x.dtype, device=x.device).set_(
+            storage, x.storage_offset(), x.size(), x.stride())
+        if torch._debug_has_internal_overlap(written_part(buf)) == 1:
+            buf = torch.empty_like(x, memory_format=torch.contiguous_format)
+        copy_into(buf, x)
+        return buf
 
-    The key is (shapes of the non-static inputs, addresses of the parameters) as one
-    expression; ``entry`` looks it up in ``fast`` (key -> a capture's ``fast`` tuple) and
-    replays that capture in its own frame, else calls ``slow``; ``replay`` is that replay
-    for the runner's other paths; ``direct`` is ``entry`` unboxed for a caller that leaves
-    grad mode alone (:meth:`AclGraphRunner.direct_call`), with ``slow_direct(A)`` for keys
-    the fast table does not answer."""
-    shapes = []
-    for i in shape_indices:
-        example = examples[i]
-        if isinstance(example, torch.Tensor) and example.numel() == 0 and example.dim() == 1:
-            # maybe an effect token (side-effect ops such as _linalg_check_errors): traced as
-            # an empty tensor, fed as None at run time
-            shapes.append(f"(A[{i}].shape if A[{i}] is not None else None)")
-        elif isinstance(example, torch.Tensor):  # AOT feeds a tensor where it traced one
-            shapes.append(f"A[{i}].shape")
-        else:
-            shapes.append(f"(A[{i}] if isinstance(A[{i}], _SCALARS) else None)")
-    ptrs = [f"(A[{i}].data_ptr() if isinstance(A[{i}], _Tensor) else None)" for i in ptr_indices]
-    key = f"(({''.join(p + ', ' for p in shapes)}), ({''.join(p + ', ' for p in ptrs)}))"
-    source = (f"def capture_key(A):\n    return {key}\n\n"
-              f"def replay(A, C):\n{_REPLAY_BODY}\n"
-              f"def entry(A):\n    C = fast_get({key})\n"
-              f"    if C is None:\n        return slow(A)\n{_REPLAY_BODY}\n"
-              # unboxed, grad mode as the caller has it: a replay that reads the caller's
-              # inputs (the record stand-in, which turns grad off itself) runs the body; any
-              # other replay runs ``replay`` with grad off, as AOT's wrapper would
-              f"def direct(*A):\n    C = fast_get({key})\n"
-              f"    if C is None:\n        return slow_direct(A)\n"
-              f"    if not C[0]:\n{_GRAD_OFF_REPLAY}{_REPLAY_BODY}")
-    scope = {"_SCALARS": _SCALARS, "_Tensor": torch.Tensor, "fast_get": fast.get, "slow": slow,
-             "slow_direct": slow_direct, "log": log, "is_grad": torch.is_grad_enabled,
-             "set_grad": torch._C._set_grad_enabled,
-             "level_cache": getattr(log, "_cache", {})}  # cleared on every level change
-    exec(compile(source, "<torchair_dist runner entry>", "exec"), scope)  # noqa: S102
-    scope["replay_capture"] = scope["replay"]
-    scope["entry"]._boxed_call = True
-    return scope["capture_key"], scope["entry"], scope["replay"], scope["direct"]
+    def memory(self) -> Dict[str, Any]:
+        """The graph's memory as the capture graphs report it: ``pool_bytes`` (captures sharing
+        one pool take the largest capture's blocks; each its own pool: the sum),
+        ``input_bytes`` (the copied inputs' shared buffers), ``captures``."""
+        sizes = [c.bytes for c in self.captures.values() if c.bytes is not None]
+        pool = (max(sizes) if self.shared_pool else sum(sizes)) if sizes else None
+        held = {}
+        for cap in self.captures.values():
+            for i in cap.copy_indices:
+                buf = cap.static_inputs[i]
+                if isinstance(buf, torch.Tensor) and self.clone_input:
+                    storage = buf.untyped_storage()
+                    held[storage.data_ptr()] = storage.nbytes()
+        return {"pool_bytes": pool, "input_bytes": sum(held.values()),
+                "captures": len(self.captures)}

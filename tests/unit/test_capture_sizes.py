@@ -1,0 +1,205 @@
+"""Serving with captured graphs (issue 38): declared capture sizes captured up front largest
+first into one pool, padding, the capture limit per shape, graph memory that does not grow
+with the number of sizes, stale outputs, capture time and bytes in the reports."""
+import warnings
+
+import pytest
+import torch
+
+import torchair_dist
+from torchair_dist import CompilerConfig, get_npu_backend
+from torchair_dist.backends.aclgraph.outputs import StaleOutputError
+
+pytestmark = pytest.mark.usefixtures("record_capture")
+
+
+def _compiled(fn, sizes=(), pad=False, dynamic=True, **options):
+    cfg = CompilerConfig()
+    cfg.mode = "npugraph_ex"
+    cfg.npugraphex_config.capture_sizes = list(sizes)
+    cfg.npugraphex_config.pad_to_capture_size = pad
+    for name, value in options.items():
+        obj = cfg
+        *path, last = name.split(".")
+        for part in path:
+            obj = getattr(obj, part)
+        setattr(obj, last, value)
+    return torch.compile(fn, backend=get_npu_backend(compiler_config=cfg), dynamic=dynamic)
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(),
+                               torch.nn.Linear(64, 16)).eval()
+
+
+def _keys(report):
+    (graph,) = report.values()
+    return graph
+
+
+def test_declared_sizes_are_captured_at_the_first_call_largest_first(runners):
+    m = _mlp()
+    f = _compiled(m, sizes=[2, 8, 4])
+    with torch.no_grad():
+        x = torch.randn(4, 16)
+        torch.testing.assert_close(f(x), m(x), rtol=0, atol=0)
+        for n in (2, 8, 4, 8):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(f(x), m(x), rtol=0, atol=0)
+    (runner,) = runners
+    rows = [next(s for s in key[0] if isinstance(s, torch.Size))[0] for key in runner.captures]
+    assert rows == [8, 4, 2], "largest first"
+    keys = _keys(torchair_dist.capture_report())
+    assert sum(k["captures"] for k in keys.values()) == 3
+    assert sum(k["replays"] for k in keys.values()) == 5  # the first call replays too
+    for entry in keys.values():
+        assert entry["capture_time_s"] > 0 and entry["capture_bytes"] > 0
+
+
+def test_padding_to_the_next_declared_size_where_rows_are_independent(runners):
+    m = _mlp()
+    f = _compiled(m, sizes=[2, 4, 8], pad=True)
+    with torch.no_grad():
+        for n in (3, 5, 7, 8):  # (a batch of 1 is a graph of its own: Dynamo specializes 1)
+            x = torch.randn(n, 16)
+            out = f(x)
+            assert out.shape == (n, 16)
+            torch.testing.assert_close(out, m(x), rtol=1e-6, atol=1e-6)
+    assert len(runners[0].captures) == 3, "no capture beyond the declared sizes"
+    summary = torchair_dist.capture_summary()["graph_0"]
+    assert summary["padded"] == {"3->4": 1, "5->8": 1, "7->8": 1}
+
+
+def test_without_padding_or_above_the_largest_size_that_call_runs_eagerly(runners):
+    m = _mlp()
+    f = _compiled(m, sizes=[2, 4])
+    with torch.no_grad():
+        for n in (3, 4, 9):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(f(x), m(x), rtol=0, atol=0)
+    assert len(runners[0].captures) == 2
+    eager = torchair_dist.capture_summary()["graph_0"]["eager"]
+    assert eager == {"3: pad_to_capture_size is off": 1, "9: pad_to_capture_size is off": 1}
+    g = _compiled(m, sizes=[2, 4], pad=True)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        x = torch.randn(9, 16)
+        torch.testing.assert_close(g(x), m(x), rtol=0, atol=0)
+    eager = torchair_dist.capture_summary()["graph_0"]["eager"]
+    assert eager == {"9: above the largest declared size": 1}
+
+
+def test_padding_is_refused_when_a_mutated_input_has_the_batch_dim(runners):
+    def step(state, x):
+        state.add_(x)
+        return state * 2
+
+    f = _compiled(step, sizes=[4], pad=True)
+    state, ref = torch.zeros(3, 8), torch.zeros(3, 8)
+    for _ in range(2):
+        x = torch.randn(3, 8)
+        torch.testing.assert_close(f(state, x), step(ref, x), rtol=0, atol=0)
+        torch.testing.assert_close(state, ref, rtol=0, atol=0)
+    eager = torchair_dist.capture_summary()["graph_0"]["eager"]
+    assert eager == {"3: a mutated input has the batch dim": 2}
+
+
+def test_mutated_inputs_are_restored_after_the_declared_captures():
+    def step(cache, x):
+        cache.add_(x.sum(0))
+        return x * 2
+
+    f = _compiled(step, sizes=[2, 4, 8])
+    cache, ref = torch.zeros(5), torch.zeros(5)
+    x = torch.randn(4, 5)
+    torch.testing.assert_close(f(cache, x), step(ref, x), rtol=0, atol=0)
+    torch.testing.assert_close(cache, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_past_the_limit_only_new_shapes_run_eagerly(runners):
+    m = _mlp()
+    f = _compiled(m, **{"debug.aclgraph.static_capture_size_limit": 3})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in list(range(2, 9)) + list(range(2, 9)):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(f(x), m(x), rtol=0, atol=0)
+    assert len(runners[0].captures) == 3
+    keys = _keys(torchair_dist.capture_report())
+    assert sum(k["replays"] for k in keys.values()) == 3  # sizes 2, 3, 4 on the second pass
+
+
+def _decode_layers():
+    """A decode step's shape: two transformer-ish blocks over (batch, hidden) rows."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64),
+        torch.nn.LayerNorm(64), torch.nn.Linear(64, 256), torch.nn.GELU(),
+        torch.nn.Linear(256, 64)).eval()
+
+
+def _memory(sizes):
+    torch._dynamo.reset()
+    torchair_dist.reset_capture_report()
+    m = _decode_layers()
+    f = _compiled(m, sizes=sizes)
+    with torch.no_grad():
+        x = torch.randn(max(sizes), 64)
+        torch.testing.assert_close(f(x), m(x), rtol=1e-6, atol=1e-6)
+    (summary,) = torchair_dist.capture_summary().values()
+    assert summary["captures"] == len(sizes)
+    return summary
+
+
+def test_graph_memory_of_32_sizes_stays_within_a_quarter_of_the_largest_alone():
+    """One pool for every capture, largest first: the pool holds what the largest capture
+    needs, and the inputs one buffer each, sized for the largest (no copy per capture)."""
+    alone = _memory([32])
+    many = _memory(list(range(1, 33)))
+    assert many["pool_bytes"] <= 1.25 * alone["pool_bytes"], (many, alone)
+    assert many["input_bytes"] == alone["input_bytes"], (many, alone)
+
+
+def test_lazy_captures_of_growing_sizes_keep_each_larger_buffer(runners):
+    """Without declared sizes the captures come in the order calls arrive; an input buffer
+    grows when a larger capture needs it (the smaller captures keep theirs): the capture
+    summary counts every buffer still held."""
+    m = _mlp()
+    f = _compiled(m)
+    with torch.no_grad():
+        for n in (4, 2, 8):
+            f(torch.randn(n, 16))
+    summary = torchair_dist.capture_summary()["graph_0"]
+    assert summary["input_bytes"] == (4 + 8) * 16 * 4  # 2 rows reuse the 4-row buffer
+
+
+def test_outputs_are_not_copied_and_a_stale_one_raises(runners):
+    m = _mlp()
+    f = _compiled(m, sizes=[2, 4])
+    with torch.no_grad():
+        a = f(torch.randn(4, 16))
+        b = f(torch.randn(2, 16))
+        with pytest.raises(StaleOutputError, match="graph_0"):
+            a.sum()
+        assert b.shape == (2, 16)
+        pool = {o.untyped_storage().data_ptr() for c in runners[0].captures.values()
+                for o in c.outputs}
+        assert b.untyped_storage().data_ptr() in pool, "handed out without a copy"
+
+
+def test_clone_output_keeps_every_output(runners):
+    m = _mlp()
+    f = _compiled(m, sizes=[2, 4], **{"debug.aclgraph.enable_output_clone": True})
+    with torch.no_grad():
+        xa, xb = torch.randn(4, 16), torch.randn(2, 16)
+        a = f(xa)
+        f(xb)
+        torch.testing.assert_close(a, m(xa), rtol=0, atol=0)
+
+
+def test_declared_sizes_on_a_static_graph_are_ignored_with_a_warning():
+    m = _mlp()
+    f = _compiled(m, sizes=[2, 4], dynamic=False)
+    with torch.no_grad(), pytest.warns(UserWarning, match="capture_sizes is ignored"):
+        f(torch.randn(4, 16))

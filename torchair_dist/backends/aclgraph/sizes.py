@@ -1,0 +1,109 @@
+"""Declared capture sizes (``npugraphex_config.capture_sizes``): the batch dimension, padding.
+
+A server decodes with a batch size that changes every step. Instead of one capture per size
+met (each at an unpredictable moment), the sizes are declared; the first call captures them all,
+largest first, so each smaller capture reuses the blocks the larger one freed in the graph's one
+pool (vLLM's ``cudagraph_capture_sizes``, vllm-ascend's ``torchair_graph_batch_sizes``). A call
+of another size is padded up to the next declared size when the caller says rows are
+independent (``pad_to_capture_size``), its outputs sliced back; else it runs eagerly, that call
+only; a call above the largest size runs eagerly too.
+
+The batch dimension is dim 0 of the first graph input whose dim 0 is symbolic (``dynamic=True``
+or ``mark_dynamic``); every input whose dim 0 is that symbol, and every integer input equal to
+it, follows the batch size; every output whose dim 0 is that symbol is sliced back.
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from typing import Any, List, Optional, Sequence, Tuple
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchDim:
+    """Where the batch size lives in a graph's inputs and outputs."""
+
+    symbol: Any
+    tensor_inputs: Tuple[int, ...]   # inputs whose dim 0 is the batch
+    int_inputs: Tuple[int, ...]      # integer inputs equal to the batch size
+    outputs: Tuple[int, ...]         # outputs whose dim 0 is the batch
+
+    def size_of(self, args: Sequence[Any]) -> int:
+        return int(args[self.tensor_inputs[0]].size(0))
+
+
+def _dim0_symbol(value: Any):
+    if isinstance(value, torch.Tensor) and value.dim() > 0 and isinstance(value.size(0),
+                                                                          torch.SymInt):
+        expr = value.size(0).node.expr
+        return expr if expr.is_Symbol else None
+    return None
+
+
+def find_batch_dim(gm: torch.fx.GraphModule, examples: Sequence[Any],
+                   user_indices: Sequence[int]) -> Optional[BatchDim]:
+    """The batch dimension of a graph (None where no user input has a symbolic dim 0)."""
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    values = [p.meta.get("val", examples[i] if i < len(examples) else None)
+              for i, p in enumerate(placeholders)]
+    symbol = next((_dim0_symbol(values[i]) for i in user_indices
+                   if i < len(values) and _dim0_symbol(values[i]) is not None), None)
+    if symbol is None:
+        return None
+    tensors = tuple(i for i, v in enumerate(values) if _dim0_symbol(v) == symbol)
+    ints = tuple(i for i, v in enumerate(values)
+                 if isinstance(v, torch.SymInt) and v.node.expr == symbol)
+    outputs: List[int] = []
+    for node in gm.graph.find_nodes(op="output"):
+        outs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+        for k, out in enumerate(outs):
+            if isinstance(out, torch.fx.Node) and _dim0_symbol(out.meta.get("val")) == symbol:
+                outputs.append(k)
+    return BatchDim(symbol, tensors, ints, tuple(outputs))
+
+
+def resized(args: Sequence[Any], batch: BatchDim, size: int) -> List[Any]:
+    """``args`` with the batch dimension made ``size``: cut, or padded with zero rows (valid
+    indices and positions for the padding rows, whose results are thrown away)."""
+    out = list(args)
+    for i in batch.tensor_inputs:
+        x = args[i]
+        n = x.size(0)
+        if n >= size:
+            out[i] = x[:size]
+        else:
+            padded = x.new_zeros((size,) + tuple(x.shape[1:]))
+            padded[:n].copy_(x)
+            out[i] = padded
+    for i in batch.int_inputs:
+        out[i] = size
+    return out
+
+
+def sliced(outputs: Sequence[Any], batch: BatchDim, n: int) -> List[Any]:
+    """The first ``n`` rows of every batch output (a padded call's own results)."""
+    out = list(outputs)
+    for k in batch.outputs:
+        if isinstance(out[k], torch.Tensor):
+            out[k] = out[k][:n]
+    return out
+
+
+def padded_size(sizes: Sequence[int], n: int) -> Optional[int]:
+    """The smallest declared size >= ``n`` (None: above the largest)."""
+    ordered = sorted(sizes)
+    at = bisect.bisect_left(ordered, n)
+    return ordered[at] if at < len(ordered) else None
+
+
+def check_sizes(sizes: Sequence[int], graph: str) -> List[int]:
+    """The declared sizes, largest first; each must be a positive int."""
+    bad = [s for s in sizes if not isinstance(s, int) or s < 1]
+    if bad:
+        from ...errors import ConfigError
+
+        raise ConfigError(f"npugraphex_config.capture_sizes of graph {graph}: {bad} are not "
+                          f"positive batch sizes")
+    return sorted(set(sizes), reverse=True)
