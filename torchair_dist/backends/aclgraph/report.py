@@ -20,8 +20,10 @@ a key that was captured before), ``capture_reasons`` (per reason: "first capture
 for a later key of the same graph, and the recapture reasons "moved mutated input <i>",
 "moved parameter <i>", "force_recapture"),
 ``capture_limit`` (1 when the key hit ``static_capture_size_limit`` and the graph gave up
-capturing), and for a graph that breaks a device-graph rule the ``*`` key with
-``uncaptured_runs`` and ``uncaptured_reason``.
+capturing), for a graph that uses side streams ``stream_events_added`` (the events the
+``stream_order`` stage added to it: one per cross-stream read nothing in the program ordered,
+each recorded once and waited on by each stream that needs it), and for a graph that breaks a
+device-graph rule the ``*`` key with ``uncaptured_runs`` and ``uncaptured_reason``.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ log = logging.getLogger("torchair_dist")
 _counts: Dict[tuple, int] = {}
 _reasons: Dict[tuple, str] = {}  # (graph, "*") -> why the graph is not captured
 _cells: Dict[tuple, List[int]] = {}  # (graph, key) -> [replays] (replay_cell)
+_events_added: Dict[str, int] = {}  # graph -> events the stream_order stage added
 
 
 def _current() -> Dict[tuple, int]:
@@ -72,6 +75,12 @@ def capture_limit(graph: str, key: str, limit: int) -> None:
               "eagerly", graph, key, limit)
 
 
+def stream_events(graph: str, added: int) -> None:
+    """The ``stream_order`` stage added ``added`` events to ``graph`` (shown on its keys)."""
+    _events_added[graph] = added
+    log.debug("%s: %d stream events added by the stream_order stage", graph, added)
+
+
 def uncaptured(graph: str, reason: str) -> None:
     _current()
     _reasons.setdefault((graph, "*"), reason)
@@ -98,6 +107,9 @@ def capture_report() -> Dict[str, Dict[str, Dict[str, Any]]]:
             if key != "*":
                 for name in ("captures", "replays", "recaptures"):
                     entry.setdefault(name, 0)
+    for graph, added in _events_added.items():
+        for entry in out.get(graph, {}).values():
+            entry["stream_events_added"] = added
     return out
 
 
@@ -106,5 +118,6 @@ def reset_capture_report() -> None:
     """Forget every count (``torch._dynamo.reset()`` does this too)."""
     _counts.clear()
     _reasons.clear()
+    _events_added.clear()
     for cell in _cells.values():  # runners hold them: zero in place
         cell[0] = 0
