@@ -111,9 +111,6 @@ class Timeline:
         self._last[stream] = i
         return i
 
-    def last_on(self, stream: str) -> Optional[int]:
-        return self._last.get(stream)
-
     def add(self, target, args: Sequence = (), after: Iterable[int] = ()) -> int:
         """Place one operation (``target`` with its positional ``args``; ``after``: items it
         also follows, e.g. the collective a wait finishes); returns its item."""
@@ -164,10 +161,6 @@ class Timeline:
             if s != self.streams[i]:
                 self._wait(s, i)
         return i
-
-    def add_after(self, stream: str, extra: Iterable[int] = ()) -> int:
-        """An item of a model itself (a free) on ``stream``, after ``extra``."""
-        return self._put(stream, extra)
 
     def order_before(self, producer: int, item: int) -> None:
         """Add ``producer`` -> ``item`` (an event recorded right after ``producer``, waited
