@@ -31,7 +31,7 @@ _RERUN_DIRS = ("unit", "torchair_compat")
 # order too, in the cases where the order can change the answer and the cost stays affordable:
 # npugraph_ex, static (reduce-overhead captures alike; max-autotune's reference executor is
 # interleaved by test_cpu_stream_model.py). Its other cases run in program order only.
-ORDER_MATRIX = "test_stream_ordering.py::test_program_equals_program_order_and_every_cross_read_is_evented"
+ORDER_MATRIX = "test_stream_ordering.py::test_program_equals_program_order_and_every_cross_read_is_ordered"
 
 _MULTICARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multicard")
 if _MULTICARD not in sys.path:  # `import harness` / `collective_cases` from any test directory

@@ -1,7 +1,8 @@
 """Issue 29 on 2 ranks (and 4 in npugraph_ex): a collective on a side stream
 (``tests/stream_programs.py`` COLLECTIVE_PROGRAMS) in npugraph_ex, reduce-overhead and
 max-autotune, sizes 16 and 1024: on every rank call 0 and replays 1, 2 (new inputs each) equal the
-program-order result, and every cross-stream read of the compiled graph is ordered by an event."""
+program-order result, and every cross-stream read of the compiled graph is ordered after its
+producer (an event, or what the program orders itself)."""
 import os
 
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
@@ -46,7 +47,7 @@ def _run(rank, world_size, name, mode):
                     worst = max(worst, float((got - want).abs().max()))
         pairs = set()
         for ctx in graphs:
-            for _, _, s, t in sp.assert_every_cross_read_is_evented(ctx.gm):
+            for _, _, s, t in sp.assert_every_cross_read_is_ordered(ctx.gm):
                 pairs.add((s, t))
     finally:
         torch._dynamo.reset()

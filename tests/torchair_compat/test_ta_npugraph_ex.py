@@ -339,10 +339,16 @@ def test_custom_op_mutating_on_a_side_stream_then_event_wait_equals_eager():
         torchair.ops.npu_tagged_event_wait(ev)
         return cache + 1
 
-    opt = torch.compile(f, backend="npugraph_ex", fullgraph=True, dynamic=False)
-    cache, ref = torch.zeros(5, 2), torch.zeros(5, 2)
-    for slots in ([0, 2], [4, 1], [3, 0]):
-        s, v = torch.tensor(slots), torch.randn(2, 2)
-        assert torch.equal(opt(cache, s, v), f(ref, s, v))
-        assert torch.equal(cache, ref)
+    with compiler.record_graphs() as graphs:
+        opt = torch.compile(f, backend="npugraph_ex", fullgraph=True, dynamic=False)
+        cache, ref = torch.zeros(5, 2), torch.zeros(5, 2)
+        for slots in ([0, 2], [4, 1], [3, 0]):
+            s, v = torch.tensor(slots), torch.randn(2, 2)
+            assert torch.equal(opt(cache, s, v), f(ref, s, v))
+            assert torch.equal(cache, ref)
     assert list(_graph_counts().values()) == [(1, 2, 0)]
+    # the user's one record/wait pair orders the main stream's read: exactly that pair, as in
+    # TorchAir (the stream_order stage adds no event of its own)
+    events = [(str(n.target).split(".")[1], n.args[0]) for n in graphs[0].gm.graph.nodes
+              if str(n.target).startswith("torchair_dist_streams.event_")]
+    assert events == [("event_record", "ta_compat_mut_ev"), ("event_wait", "ta_compat_mut_ev")]

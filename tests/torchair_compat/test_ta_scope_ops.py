@@ -42,10 +42,19 @@ def test_tagged_events_across_streams_equal_eager():
             torchair.ops.npu_record_tagged_stream(a, "s2")
         return b - a
 
-    opt = _compile(f)
-    x = torch.randn(5)
-    assert torch.equal(opt(x), f(x))
-    assert torch.equal(opt(x + 1), f(x + 1))
+    with compiler.record_graphs() as graphs:
+        opt = _compile(f)
+        x = torch.randn(5)
+        assert torch.equal(opt(x), f(x))
+        assert torch.equal(opt(x + 1), f(x + 1))
+    # the user's pair orders a's read on s2 (no event added for it); b's read back on the main
+    # stream is ordered by nothing in the program: the stage adds exactly one event for it
+    events = [(str(n.target).split(".")[1], n.args[0]) for n in graphs[0].gm.graph.nodes
+              if str(n.target).startswith("torchair_dist_streams.event_")]
+    user = [e for e in events if e[1] == "ta_compat_ev"]
+    added = [e for e in events if e[1] != "ta_compat_ev"]
+    assert user == [("event_record", "ta_compat_ev"), ("event_wait", "ta_compat_ev")]
+    assert [name for name, _ in added] == ["event_record", "event_wait"]
 
 
 def test_record_and_wait_equal_eager_and_wait_checks_its_arguments():

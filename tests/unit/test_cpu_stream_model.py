@@ -1,5 +1,6 @@
 """The CPU model of device concurrency (torchair_dist/cpu/concurrency.py) and the
-happens-before check (torchair_dist/streams/happens_before.py).
+happens-before check (torchair_dist/streams/happens_before.py, over the one order model of
+streams/order_model.py).
 
 Hand-built graphs of the ``torchair_dist_streams`` ops run on the record stand-in under every
 ``TORCHAIR_DIST_CPU_STREAM_ORDER``: a side producer read on the main stream without an event is
@@ -23,6 +24,7 @@ from torchair_dist.cpu.record import RecordGraph
 from torchair_dist.errors import ConfigError, GraphValidationError
 from torchair_dist.streams import npu_stream_switch
 from torchair_dist.streams import happens_before as hb
+from torchair_dist.streams import order_model as om
 from torchair_dist.streams.stream_ops import ops as st
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,8 +68,8 @@ def test_the_variable_is_declared():
 
 
 # -- the scheduler honours only the graph's orderings --------------------------------------------
-def _timeline(event: bool) -> hb.Timeline:
-    tl = hb.Timeline()
+def _timeline(event: bool) -> om.Timeline:
+    tl = om.Timeline()
     tl.add(st.fork.default, (["s"],))                  # 0 main
     tl.add(aten.mm.default)                            # 1 main: h
     tl.add(st.event_record.default, ("eh", ""))        # 2 main

@@ -68,3 +68,38 @@ def test_an_event_between_them_clears_the_check(mode):
 
 def test_off_by_default():
     assert _run(racing, "npugraph_ex", check=False) == []
+
+
+# -- the check reads the one order model: synchronize orders too --------------------------------
+def _two_stream_collectives(between):
+    """all_reduce on stream 'a', then ``between`` (stream ops), then all_reduce on stream 'b'."""
+    from torchair_dist.streams import ops as st
+
+    c10d = torch.ops._c10d_functional
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.call_function(st.fork.default, (["a", "b"],))
+    done = []
+    for i, tag in enumerate("ab"):
+        if i:
+            for target, args in between:
+                g.call_function(target, args)
+        g.call_function(st.stream_enter.default, (tag, 0))
+        ar = g.call_function(c10d.all_reduce.default, (x, "sum", "0"))
+        done.append(g.call_function(c10d.wait_tensor.default, (ar,)))
+        g.call_function(st.stream_exit.default, (tag,))
+    g.call_function(st.join.default, (["a", "b"],))
+    g.output(tuple(done))
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+def test_a_synchronize_between_the_collectives_clears_the_check():
+    from torchair_dist.passes.deadlock_check import find_conflicts
+    from torchair_dist.streams import ops as st
+
+    assert len(find_conflicts(_two_stream_collectives([]))) == 1
+    # the host waits for the device (or for stream 'a') before stream 'b' gets its collective
+    assert find_conflicts(_two_stream_collectives([(st.synchronize.default, ("",))])) == []
+    assert find_conflicts(_two_stream_collectives([(st.synchronize.default, ("a",))])) == []
+    # waiting for another stream does not order stream 'a''s collective
+    assert len(find_conflicts(_two_stream_collectives([(st.synchronize.default, ("c",))]))) == 1

@@ -4,12 +4,12 @@ Each program of ``tests/stream_programs.py`` is compiled in npugraph_ex, reduce-
 max-autotune, static and dynamic, and run at sizes 16 and 1024: call 0 and replays 1, 2 (new
 inputs each call) equal the program-order result (the parts run uncompiled: TorchAir's eager
 meaning). The graph the backend receives is checked structurally, independently of the
-ordering code: for every value read on a stream other than its producer's there is an
-``event_record`` on the producer's stream after the producer and an ``event_wait`` of that
-event on the reading stream before the read.
+ordering code: every value read on a stream other than its producer's is ordered after its
+producer by a path of the device's orderings (events, waits, fork/join, stream waits) spelt out
+node by node (``stream_programs.device_orderings``).
 
 On CPU every stream runs in program order, so the numeric half of these tests passes without
-the events too; the structural half is what fails when the ordering is removed (and the CPU
+the events too; the structural half is what fails when a needed event is removed (and the CPU
 stream-order model, ``TORCHAIR_DIST_CPU_STREAM_ORDER``, makes the numeric half fail too).
 """
 import logging
@@ -51,7 +51,7 @@ def _compile(fn, mode, dynamic):
 
 
 _name, _scan, cross_reads = sp.stream_op_name, sp.scan_streams, sp.cross_reads
-assert_every_cross_read_is_evented = sp.assert_every_cross_read_is_evented
+assert_every_cross_read_is_ordered = sp.assert_every_cross_read_is_ordered
 
 
 def _match_cross(expected, reads):
@@ -80,7 +80,7 @@ def _check(got, want, mode):
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", list(sp.PROGRAMS))
-def test_program_equals_program_order_and_every_cross_read_is_evented(name, mode, dynamic,
+def test_program_equals_program_order_and_every_cross_read_is_ordered(name, mode, dynamic,
                                                                        caplog):
     program = sp.PROGRAMS[name]
     caplog.set_level(logging.WARNING, logger="torchair_dist")
@@ -93,7 +93,7 @@ def test_program_equals_program_order_and_every_cross_read_is_evented(name, mode
     assert graphs, "nothing was compiled"
     reads = []
     for ctx in graphs:
-        reads += assert_every_cross_read_is_evented(ctx.gm)
+        reads += assert_every_cross_read_is_ordered(ctx.gm)
     _match_cross(program.cross, reads)
     races = [r.getMessage() for r in caplog.records if "stream race" in r.getMessage()]
     if program.races:
@@ -128,7 +128,7 @@ def test_order_streams_events_both_directions_and_protects_memory():
     assert [(p, r, s, t, o) for p, r, s, t, o in before] == [
         (h, y, "", "s", False), (y, z, "s", "", False)]
     ordering.order_streams(gm)
-    assert_every_cross_read_is_evented(gm)
+    assert_every_cross_read_is_ordered(gm)
     assert all(o for *_, o in ordering.cross_stream_reads(gm.graph))
     recorded = {(n.args[0], n.args[1]) for n in gm.graph.nodes
                 if n.target is ops.record_stream.default}
@@ -137,7 +137,7 @@ def test_order_streams_events_both_directions_and_protects_memory():
     assert gm(torch.ones(4)).tolist() == [5.0] * 4
 
 
-def test_a_side_output_is_evented_before_the_output_and_protected():
+def test_a_side_output_is_ordered_by_the_join_and_protected():
     g = torch.fx.Graph()
     x = g.placeholder("x")
     g.call_function(ops.fork.default, (["s"],))
@@ -150,8 +150,10 @@ def test_a_side_output_is_evented_before_the_output_and_protected():
     gm = torch.fx.GraphModule(torch.nn.Module(), g)
     ordering.order_streams(gm)
     names = [_name(n) or n.op for n in gm.graph.nodes]
-    assert names[-4:] == ["join", "event_wait", "record_stream", "output"], names
-    reads = assert_every_cross_read_is_evented(gm)
+    # the join already orders the output after the side stream: no event, the memory kept
+    assert names[-3:] == ["join", "record_stream", "output"], names
+    assert "event_record" not in names and gm.meta[ordering.EVENTS_ADDED] == 0
+    reads = assert_every_cross_read_is_ordered(gm)
     assert [(s, t) for *_, s, t in reads] == [("s", "")]
     # the input read on the side stream is protected on it
     assert any(n.target is ops.record_stream.default and n.args == (x, "s")
@@ -396,7 +398,7 @@ def test_topology_sort_keeps_nodes_in_their_stream_and_events_after_producers(st
     stream_of, _ = _scan(gm)
     where_ = {str(n.target): stream_of[n] for n in gm.graph.nodes if n.op == "call_function"}
     assert where_["aten.relu.default"] == "side_a" and where_["aten.add.Tensor"] == ""
-    assert_every_cross_read_is_evented(gm)
+    assert_every_cross_read_is_ordered(gm)
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["one_stream", "across"])

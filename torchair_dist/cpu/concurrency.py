@@ -1,8 +1,9 @@
 """The CPU model of device concurrency (``TORCHAIR_DIST_CPU_STREAM_ORDER``).
 
 A device runs each stream's work concurrently; only the graph's orderings (program order within a
-stream, events, stream waits, fork/join: :class:`~torchair_dist.streams.happens_before.Timeline`)
-bind it. The CPU stand-ins run in one thread, so they pick *one* order those orderings allow:
+stream, events, stream waits, fork/join, collective waits: the one order model,
+:class:`~torchair_dist.streams.order_model.Timeline`) bind it. The CPU stand-ins run in one
+thread, so they pick *one* order those orderings allow:
 
 * ``program`` (default): program order, as before;
 * ``early``: whenever a side stream's work is ready it runs first (side streams as early as
@@ -31,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from ..base.envvars import env_stream_order
-from ..streams.happens_before import MAIN, Timeline
+from ..streams.order_model import MAIN, Timeline
 
 ORDER_ENV = "TORCHAIR_DIST_CPU_STREAM_ORDER"
 _WAIT = "_c10d_functional::wait_tensor"
@@ -160,13 +161,16 @@ def reordered_body(gen, entries, inputs, outputs, order: StreamOrder) -> Optiona
     from .bindings import fast_call
 
     tl = Timeline()
-    items = [tl.add(func, args) for func, args, _, _ in entries]
+    items: List[int] = []
     collectives = set()  # the op that last made each tensor a wait_tensor waits for
     made_by: Dict[int, int] = {}
     for k, (func, args, _, out) in enumerate(entries):
-        if _is_wait(func):
-            collectives.update(made_by[id(a)] for a in _tensors(args) if id(a) in made_by)
+        if _is_wait(func):  # the wait's stream goes on after the collective completes
+            waited = {made_by[id(a)] for a in _tensors(args) if id(a) in made_by}
+            collectives.update(waited)
+            items.append(tl.add(func, args, after=[items[j] for j in sorted(waited)]))
             continue
+        items.append(tl.add(func, args))
         for t in _tensors(out):
             made_by[id(t)] = k
     if not tl.uses_side_streams() and not collectives:

@@ -188,12 +188,13 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "effects never move", gate="experimental_config.topology_sorting_strategy",
           runs_when=lambda v: v in _REORDERING),
     Stage("stream_order", "torchair_dist.streams.ordering:order_streams", "aot-pass",
-          "every value read on a stream other than its producer's is ordered by an event "
-          "(record after the producer, wait before the first reader) and protected by "
+          "every value read on a stream other than its producer's is ordered: an event "
+          "(record after the producer, wait before the reader) only where the one order model "
+          "finds nothing in the program ordering the read; each such value protected by "
           "record_stream; the user's unordered torch.Stream reads are named by a warning"),
     Stage("stream_order_check", "torchair_dist.streams.happens_before:check_stream_order",
-          "aot-pass", "refuse a graph with a cross-stream data edge that no event, wait, fork "
-          "or join orders (happens-before over streams as vector clocks)",
+          "aot-pass", "refuse a graph with a cross-stream data edge that no event, wait, fork, "
+          "join or synchronize orders (the one order model: happens-before as vector clocks)",
           gate="debug.check_stream_order", runs_when=_check_stream_order),
     Stage("validate", "torchair_dist.passes.validate:validate_pass", "aot-pass",
           "the graph holds only ops the backends accept"),

@@ -11,26 +11,28 @@ every scope the graph's own stream, ``""``). Two pipeline stages use it:
   a ``register_replacement`` ``extra_check`` (vllm-ascend's) reads it to refuse fusing across
   streams; the built-in passes never fuse or reinplace across it (:func:`same_stream`).
 * ``stream_order`` (after the last pass that rewrites the graph): :func:`order_streams`
-  makes every value produced on stream S and read on stream T != S ordered: an
-  ``event_record(ev, S)`` right after the producer and an ``event_wait(ev, T)`` right before
-  the first reader on T (one event per (producer, reading stream)); a graph output produced on
-  a side stream counts as read on the graph's stream. It protects the memory of each such
-  value, and of each graph input read on a side stream, from reuse before that use is ordered:
-  ``record_stream(value, T)`` right after the first reader on T (a capture's private pool
-  honours it too: a block freed with pending stream uses is not reused before the capture
-  ends). The program's own waits, tagged events and ``npu_wait_tensor`` stay: they only add
-  ordering.
+  makes every value produced on stream S and read on stream T != S ordered, adding an event
+  only where nothing already orders the read. The one order model (:mod:`.order_model`) says
+  what the program orders: its own events and waits, ``npu_wait_tensor``, stream waits,
+  fork/join, synchronize, collective waits, and what they imply transitively. A read it does
+  not prove ordered gets an ``event_record(ev, S)`` right after the producer and an
+  ``event_wait(ev, T)`` right before the reader (:func:`plan_events`: each added event counts
+  for the later reads too, one event per producer, waited by each stream that needs it); a
+  graph output produced on a side stream counts as read on the graph's stream (the graph's
+  ``join`` orders it). A wait on an event recorded *before* the producer does not order it.
+  The number of events added is ``gm.meta["stream_events_added"]`` (logged at DEBUG; the
+  capture report shows it per graph). The program's own waits, tagged events and
+  ``npu_wait_tensor`` stay: they only add ordering.
+
+  Memory is a separate concern: each tensor made on one stream and read on another, and each
+  graph input read on a side stream, gets ``record_stream(value, T)`` right after its first
+  reader on T, ordered or not (a capture's private pool honours it too: a block freed with
+  pending stream uses is not reused before that stream's work is done).
 
 A graph that uses the user's own ``torch.Stream`` objects (CUDA-style code: the program is
 responsible for its ordering) and reads a value on another stream without ordering it itself
 is racy on any device: the stage orders it anyway and logs ONE warning per graph naming the
 first such read's source line (and how many there are).
-
-Happens-before (:class:`Clocks`): one vector clock per stream over program order; a node on
-stream S ticks S; ``event_record`` stores its stream's clock, ``event_wait`` /
-``wait_tensor`` merge it, ``stream_wait_stream`` merges the waited-on stream, ``fork``
-merges the current stream into each side stream, ``join`` the side streams into the current
-one, ``synchronize`` every stream into every stream.
 """
 from __future__ import annotations
 
@@ -42,12 +44,14 @@ import torch
 import torch.fx
 
 from . import runtime
+from .order_model import GraphOrder
 from .rewrite import where
 from .stream_ops import NAMESPACE, ops
 
 log = logging.getLogger("torchair_dist")
 
 LABEL = "stream_label"
+EVENTS_ADDED = "stream_events_added"  # gm.meta key: events the stream_order stage added
 _graph_ids = itertools.count()
 
 
@@ -101,119 +105,42 @@ def same_stream(*nodes, streams: Optional[Dict[torch.fx.Node, str]] = None) -> b
     return len(found) <= 1
 
 
-# -- happens-before -------------------------------------------------------------------------------------
-Clock = Dict[str, int]
-
-
-def _merge(into: Clock, other: Clock) -> None:
-    for k, v in other.items():
-        if into.get(k, 0) < v:
-            into[k] = v
-
-
-class Clocks:
-    """Vector clocks of a graph's streams, applied node by node in program order."""
-
-    def __init__(self) -> None:
-        self.stack: List[str] = []
-        self.clocks: Dict[str, Clock] = {}
-        self.events: Dict[str, Clock] = {}
-        self.floor: Clock = {}
-
-    def current(self) -> str:
-        return self.stack[-1] if self.stack else ""
-
-    def clock(self, stream: str) -> Clock:
-        if stream not in self.clocks:
-            self.clocks[stream] = dict(self.floor)
-        return self.clocks[stream]
-
-    def apply(self, node: torch.fx.Node) -> Optional[Tuple[str, int]]:
-        """Apply ``node``; returns (stream, tick) for a node that runs work on a stream."""
-        name = _stream_op(node)
-        cur = self.current()
-        if not name:
-            if node.op != "call_function":
-                return None
-            c = self.clock(cur)
-            c[cur] = c.get(cur, 0) + 1
-            return cur, c[cur]
-        args = node.args
-        if name == "stream_enter":
-            self.stack.append(args[0])
-        elif name == "stream_exit":
-            if self.stack:
-                self.stack.pop()
-        elif name == "fork":
-            for tag in args[0]:
-                _merge(self.clock(tag), self.clock(cur))
-        elif name == "join":
-            for tag in args[0]:
-                _merge(self.clock(cur), self.clock(tag))
-        elif name == "event_record":
-            self.events[args[0]] = dict(self.clock(args[1] or cur))
-        elif name == "event_wait":
-            if args[0] in self.events:
-                _merge(self.clock(args[1] or cur), self.events[args[0]])
-        elif name == "wait_tensor":
-            if args[2] in self.events:
-                _merge(self.clock(cur), self.events[args[2]])
-        elif name == "stream_wait_stream":
-            _merge(self.clock(args[0] or cur), self.clock(args[1] or cur))
-        elif name == "synchronize":
-            every: Clock = {}
-            for c in self.clocks.values():
-                _merge(every, c)
-            for c in self.clocks.values():
-                _merge(c, every)
-            _merge(self.floor, every)
-        return None
-
-
-def _carries_tensor(node: torch.fx.Node) -> bool:
-    val = node.meta.get("val", node.meta.get("example_value"))
-    if isinstance(val, torch.Tensor):
-        return True
-    if isinstance(val, (tuple, list)):
-        return any(isinstance(v, torch.Tensor) for v in val)
-    return val is None and node.op == "call_function"  # unknown: order it to be safe
-
-
+# -- the stage --------------------------------------------------------------------------------------
 def _tensor_val(node: torch.fx.Node) -> bool:
     return isinstance(node.meta.get("val", node.meta.get("example_value")), torch.Tensor)
 
 
 def cross_stream_reads(graph: torch.fx.Graph):
     """``[(producer, reader, producer stream, reader stream, ordered)]`` for every value read
-    on a stream other than the one that produced it (graph inputs excluded: the graph's fork
-    orders them), in program order of the readers; ``ordered`` says whether the graph's own
-    stream ops already make the read happen after the producer. The output node reads on the
-    graph's stream ``""``."""
-    hb = Clocks()
-    ticks: Dict[torch.fx.Node, Tuple[str, int]] = {}
-    found = []
-    for node in graph.nodes:
-        name = _stream_op(node)
-        if name:
-            hb.apply(node)
-            continue
-        if node.op == "output":
-            stream, clock = "", hb.clock("")
-        elif node.op == "call_function":
-            stream = hb.current()
-            clock = hb.clock(stream)
-        else:
-            continue
-        for src in node.all_input_nodes:
-            if src not in ticks or not _carries_tensor(src):
-                continue
-            s, tick = ticks[src]
-            if s != stream:
-                found.append((src, node, s, stream, clock.get(s, 0) >= tick))
-        pos = hb.apply(node)
-        if pos is not None:
-            ticks[node] = pos
-    return found
+    on a stream other than the one whose work produced it (graph inputs excluded: the graph's
+    fork orders them), in program order of the readers; ``ordered``: whether the graph's own
+    ordering (:mod:`.order_model`) makes the read happen after the producer. The output node
+    reads on the graph's stream ``""``."""
+    return [(r.producer, r.reader, r.producer_stream, r.reader_stream, r.ordered)
+            for r in GraphOrder(graph).cross_reads]
+
+
+def plan_events(graph: torch.fx.Graph) -> List[Tuple[torch.fx.Node, torch.fx.Node]]:
+    """The events the graph needs: ``[(producer, reader)]``, each an event recorded right
+    after ``producer`` on its stream and waited right before ``reader`` on the reader's stream,
+    for the reads nothing orders yet. Walked in program order over the one order model, each
+    planned event counts as an ordering for every later read (what it implies transitively is
+    not ordered again); a reader's unordered producers are covered by as few events as the
+    model allows (an event after a producer that happens after the others covers them)."""
+    plan: List[Tuple[torch.fx.Node, torch.fx.Node]] = []
+
+    def order(model: GraphOrder, reader: torch.fx.Node, unordered: List[torch.fx.Node]):
+        items = model.items
+        tl = model.timeline
+        while unordered:
+            best = max(unordered, key=lambda p: (
+                sum(tl.ordered(items[q], items[p]) for q in unordered), items[p]))
+            model.order_before(best, reader)
+            plan.append((best, reader))
+            unordered = [p for p in unordered if not model.ordered(p, reader)]
+
+    GraphOrder(graph, on_read=order)
+    return plan
 
 
 def _user_stream(tag: str) -> bool:
@@ -225,49 +152,62 @@ def order_streams(gm: torch.fx.GraphModule, example_inputs=None, config=None):
     graph = gm.graph
     if not any(_stream_op(n) in ("stream_enter", "fork") for n in graph.nodes):
         return gm
-    reads = cross_stream_reads(graph)
-    races = [(p, r, s, t) for p, r, s, t, ordered in reads
-             if not ordered and (_user_stream(s) or _user_stream(t))]
+    reads = GraphOrder(graph).cross_reads
+    races = [r for r in reads if not r.ordered
+             and (_user_stream(r.producer_stream) or _user_stream(r.reader_stream))]
     if races:
-        p, r, s, t = races[0]
+        r = races[0]
         log.warning(
             "stream race: %s reads %s on stream %r, produced on stream %r, and the program "
             "does not order the read after the producer (no event, wait or stream wait "
             "between them)%s; torchair_dist orders it with an event (record an event after the "
             "producer and wait on it on the reading stream to make the program right "
-            "uncompiled too)", where(r), p.name, t or "(current)", s or "(current)",
+            "uncompiled too)", where(r.reader), r.producer.name, r.reader_stream or "(current)",
+            r.producer_stream or "(current)",
             f"; {len(races) - 1} more such read(s) in this graph" if len(races) > 1 else "")
-    prefix = f"x{next(_graph_ids)}_"
-    events: Dict[Tuple[torch.fx.Node, str], str] = {}
+    plan = plan_events(graph)
     streams = streams_of(graph)
-    for p, r, s, t, _ in reads:
-        key = (p, t)
-        if key in events:
-            continue
-        tag = events[key] = f"{prefix}ev{len(events)}"
-        with graph.inserting_after(p):
-            rec = graph.call_function(ops.event_record.default, (tag, s))
+    prefix = f"x{next(_graph_ids)}_"
+    tags: Dict[torch.fx.Node, str] = {}  # one event per producer, waited by every stream
+    for p, r in plan:
+        if p not in tags:
+            tags[p] = f"{prefix}ev{len(tags)}"
+            with graph.inserting_after(p):
+                rec = graph.call_function(ops.event_record.default, (tags[p], streams[p]))
+            _copy_trace(rec, p)
+        reader_stream = "" if r.op == "output" else streams[r]
         with graph.inserting_before(r):
-            graph.call_function(ops.event_wait.default, (tag, t))
-        _copy_trace(rec, p)
-        if _tensor_val(p):
-            _record_stream_after(graph, p, r, t)
-    # graph inputs read on a side stream: their memory is the caller's, protect it likewise
-    protected = set()
-    for node in graph.nodes:
+            graph.call_function(ops.event_wait.default, (tags[p], reader_stream))
+    _protect_memory(graph, reads, streams)
+    label_streams(gm)
+    graph.lint()
+    gm.recompile()
+    gm.meta[EVENTS_ADDED] = len(tags)
+    log.debug("stream_order: %d cross-stream reads, %d ordered by the program; %d events added "
+              "(%d records, %d waits) for the others", len(reads),
+              sum(1 for r in reads if r.ordered), len(tags), len(tags), len(plan))
+    return gm
+
+
+def _protect_memory(graph, reads, streams) -> None:
+    """``record_stream(value, T)`` right after the first reader on stream T of each tensor
+    made on another stream, and of each graph input read on a side stream: the caching
+    allocator does not reuse its block before T's work issued so far is done (whatever orders
+    the read itself)."""
+    done = set()
+    for r in reads:
+        key = (r.value, r.reader_stream)
+        if _tensor_val(r.value) and key not in done:
+            done.add(key)
+            _record_stream_after(graph, r.value, r.reader, r.reader_stream)
+    for node in list(graph.nodes):
         stream = streams.get(node, "")
         if not stream or node.op != "call_function" or _stream_op(node):
             continue
         for src in node.all_input_nodes:
-            if src.op == "placeholder" and _tensor_val(src) and (src, stream) not in protected:
-                protected.add((src, stream))
+            if src.op == "placeholder" and _tensor_val(src) and (src, stream) not in done:
+                done.add((src, stream))
                 _record_stream_after(graph, src, node, stream)
-    label_streams(gm)
-    graph.lint()
-    gm.recompile()
-    log.debug("stream_order: %d cross-stream reads ordered (%d events), %d unordered in the "
-              "program", len(reads), len(events), sum(1 for *_, o in reads if not o))
-    return gm
 
 
 def _record_stream_after(graph, value, reader, stream: str) -> None:

@@ -19,7 +19,9 @@ from ... import platform as _platform
 from ...base.dumps import dump_fx_graph
 from ...platform import stand_ins
 from ...platform.interfaces import CaptureFactory, CollectiveTransport
+from ...streams.ordering import EVENTS_ADDED
 from ..context import GraphContext
+from . import report
 from .capture import DeviceGraph
 from .codegen import generate_forward
 from .runner import AclGraphRunner
@@ -160,6 +162,9 @@ def capture_step(build: AclBuild) -> AclBuild:
     """``capture``: the runner that captures per graph key and replays (a device graph's
     factory from ``device_capture``, else the CPU stand-in's; none: no runner is made)."""
     c = _runner_ctx(build)
+    added = c.gm.meta.get(EVENTS_ADDED)  # the stream_order stage's count, for the report
+    if added is not None:
+        report.stream_events(c.graph_name, added)
     split = build.split
     if split is not None:
         log.debug("%s: integer inputs %s are fed as values (one capture for every value)",

@@ -21,10 +21,13 @@ for a later key of the same graph, and the recapture reasons "moved mutated inpu
 "moved parameter <i>", "force_recapture"),
 ``capture_limit`` (calls of a new key past ``static_capture_size_limit``, which ran eagerly),
 ``capture_time_s`` (seconds spent capturing the key) and ``capture_bytes`` (the bytes its graph
-takes in the pool: the CPU record stand-in's model of a device pool, a device's allocator), and
-for a graph that breaks a device-graph rule the ``*`` key with ``uncaptured_runs`` and
-``uncaptured_reason``. :func:`capture_summary` gives each graph's memory (pool and input
-buffers) and how its batch sizes were served (padded, eager).
+takes in the pool: the CPU record stand-in's model of a device pool, a device's allocator), for
+a graph that uses side streams ``stream_events_added`` (the events the ``stream_order`` stage
+added to it: one per cross-stream read nothing in the program ordered, each recorded once and
+waited on by each stream that needs it), and for a graph that breaks a device-graph rule the
+``*`` key with ``uncaptured_runs`` and ``uncaptured_reason``. :func:`capture_summary` gives
+each graph's memory (pool and input buffers) and how its batch sizes were served (padded,
+eager).
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ _reasons: Dict[tuple, str] = {}  # (graph, "*") -> why the graph is not captured
 _cells: Dict[tuple, List[int]] = {}  # (graph, key) -> [replays] (replay_cell)
 _values: Dict[tuple, Any] = {}  # (graph, key, what) -> a measured value (time, bytes)
 _summary: Dict[str, Dict[str, Any]] = {}  # graph -> memory and batch-size counts
+_events_added: Dict[str, int] = {}  # graph -> events the stream_order stage added
 
 
 def _current() -> Dict[tuple, int]:
@@ -121,6 +125,12 @@ def capture_limit(graph: str, key: str, limit: int) -> None:
               "eagerly", graph, key, limit)
 
 
+def stream_events(graph: str, added: int) -> None:
+    """The ``stream_order`` stage added ``added`` events to ``graph`` (shown on its keys)."""
+    _events_added[graph] = added
+    log.debug("%s: %d stream events added by the stream_order stage", graph, added)
+
+
 def uncaptured(graph: str, reason: str) -> None:
     _current()
     _reasons.setdefault((graph, "*"), reason)
@@ -148,6 +158,9 @@ def capture_report() -> Dict[str, Dict[str, Dict[str, Any]]]:
             if key != "*":
                 for name in ("captures", "replays", "recaptures"):
                     entry.setdefault(name, 0)
+    for graph, added in _events_added.items():
+        for entry in out.get(graph, {}).values():
+            entry["stream_events_added"] = added
     return out
 
 
@@ -158,5 +171,6 @@ def reset_capture_report() -> None:
     _reasons.clear()
     _values.clear()
     _summary.clear()
+    _events_added.clear()
     for cell in _cells.values():  # runners hold them: zero in place
         cell[0] = 0
