@@ -13,7 +13,8 @@ Checks (each PASS / FAIL / SKIP with a reason):
 
 * ACL capture/replay (mode ``npugraph_ex``): static inputs (parameters used in place, new data
   every call), input mutation (and recapture when the mutated input moves), outputs kept across
-  another shape's replay (shared pool), recapture past the capture limit, streams and events
+  another shape's replay raises (shared pool), recapture past the capture limit, 32 declared
+  capture sizes within 1.25x the memory of the largest alone, streams and events
   (a user event recorded inside the compiled region and waited on outside);
 * the stream programs of the streams issue (``tests/stream_programs.py``, the ones the unit tests
   run) on the device's real streams, three calls each;
@@ -183,17 +184,56 @@ def check_mutation(dev):
 
 
 def check_pool(dev):
+    """Captures of one graph share a pool: outputs are handed out without copies; one kept
+    across another shape's replay raises on use (its memory may be reused); a clone stays."""
+    from torchair_dist.backends.aclgraph.outputs import StaleOutputError
+
     f = compile_ours(lambda x: x * 2 + 1, dynamic=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for n, v in ((3, 1.0), (4, 1.0), (3, 5.0)):
             close(f(torch.full((n,), v, device=dev)), torch.full((n,), 2 * v + 1, device=dev))
         kept = f(torch.full((4,), 2.0, device=dev))
+        copy = kept.clone()
         close(f(torch.full((3,), 7.0, device=dev)), torch.full((3,), 15.0, device=dev))
     sync(dev)
-    close(kept, torch.full((4,), 5.0, device=dev))
+    close(copy, torch.full((4,), 5.0, device=dev))
+    try:
+        kept.sum()
+    except StaleOutputError:
+        pass
+    else:
+        raise AssertionError("an output kept across another replay of its graph did not raise")
     replayed(5)
-    return "every replay == eager; outputs kept across another shape's replay intact"
+    return "every replay == eager; an output kept across another replay raises, a clone stays"
+
+
+def check_capture_sizes(dev):
+    """32 declared batch sizes captured largest first into one pool: graph memory at most
+    1.25x that of the largest size alone; the input buffers of the largest alone."""
+    def memory(sizes):
+        import torchair_dist
+
+        torch._dynamo.reset()
+        torchair_dist.reset_capture_report()
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
+                                torch.nn.Linear(1024, 256)).to(dev).eval()
+        f = compile_ours(m, dynamic=True, **{"npugraphex_config.capture_sizes": sizes,
+                                             "npugraphex_config.pad_to_capture_size": True})
+        with torch.no_grad():
+            for n in (max(sizes), 5, 17):
+                x = torch.randn(n, 256, device=dev)
+                close(f(x), m(x))
+        (summary,) = torchair_dist.capture_summary().values()
+        return summary
+
+    alone, many = memory([32]), memory(list(range(1, 33)))
+    ratio = many["pool_bytes"] / max(alone["pool_bytes"], 1)
+    assert ratio <= 1.25, (many, alone)
+    assert many["input_bytes"] == alone["input_bytes"], (many, alone)
+    return (f"32 sizes: pool {many['pool_bytes']} B vs {alone['pool_bytes']} B alone "
+            f"(x{ratio:.2f}), capture {many.get('capture_time_s', 0):.2f} s")
 
 
 def check_recapture(dev):
@@ -201,12 +241,12 @@ def check_recapture(dev):
                      **{"debug.aclgraph.static_capture_size_limit": 2})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for n in (2, 3, 2, 4, 5):
+        for n in (2, 3, 2, 4, 5, 3):
             x = torch.randn(n, device=dev)
             close(f(x), x * 3)
     hits = [w for w in caught if "static_capture_size_limit reached" in str(w.message)]
     assert len(hits) == 1, [str(w.message) for w in caught]
-    return "2 shapes captured, limit reached once, eager afterwards == eager"
+    return "2 shapes captured, limit reached once; new shapes eager, captured ones replay"
 
 
 def check_streams_events(dev):
@@ -473,6 +513,7 @@ def run_checks(dev, tokens: int, only: str = "",
               ("capture: mutation", check_mutation),
               ("capture: shared pool", check_pool),
               ("capture: recapture/limit", check_recapture),
+              ("capture: declared sizes", check_capture_sizes),
               ("capture: streams/events", check_streams_events),
               ("collectives in capture", check_collectives),
               ("collectives, all devices", check_collectives_multirank)]

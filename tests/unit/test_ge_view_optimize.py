@@ -13,9 +13,9 @@ def _compiled_ge_ops(monkeypatch, fn, args, view_optimize):
     models = []
     real = ge_backend.make_runner
 
-    def record(converted, runtime):
+    def record(converted, runtime, *rest):
         models.append(converted.model)
-        return real(converted, runtime)
+        return real(converted, runtime, *rest)
 
     monkeypatch.setattr(ge_backend, "make_runner", record)
     cfg = ta.CompilerConfig()

@@ -108,6 +108,9 @@ PROCESS_STATE = {
     "torchair_dist.backends.aclgraph.report:_counts": RESET,
     "torchair_dist.backends.aclgraph.report:_reasons": RESET,
     "torchair_dist.backends.aclgraph.report:_cells": RESET,
+    "torchair_dist.backends.aclgraph.report:_values": RESET,
+    "torchair_dist.backends.aclgraph.report:_summary": RESET,
+    "torchair_dist.backends.aclgraph.report:_events_added": RESET,
     "torchair_dist.pipeline.route:_graph_ids": RESET,
     "torchair_dist.backends.aclgraph.inductor_kernels:_async_lowered":
         "the ops given an inductor lowering: inductor's lowering table lives as long as the "

@@ -65,6 +65,10 @@ class CaptureGraph(abc.ABC):
         """Recompute into :attr:`outputs`. ``inputs`` (only when :attr:`reads_caller_inputs`):
         the caller's inputs, read at the fed positions instead of the static buffers."""
 
+    #: :meth:`pool_bytes` is what this capture *added* to a pool shared with earlier ones (a
+    #: device allocator's reserve), not the capture's own footprint (the CPU model's).
+    pool_bytes_incremental: bool = False
+
     def pool_bytes(self) -> Optional[int]:
         """The bytes this graph takes in its memory pool (None: not measured)."""
         return None

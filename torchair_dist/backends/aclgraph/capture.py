@@ -21,6 +21,8 @@ _CAPTURE_STREAMS: dict = {}
 class DeviceGraph(CaptureGraph):
     """A real CUDA/NPU graph through the platform's graph class and capture context."""
 
+    pool_bytes_incremental = True  # what the capture added to the allocator's reserve
+
     def __init__(self, platform, pool=None, capture_error_mode: str = "global"):
         self.platform = platform
         self.graph = platform.graph_class()

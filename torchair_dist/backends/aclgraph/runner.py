@@ -380,7 +380,9 @@ class AclGraphRunner:
         one pool take the largest capture's blocks; each its own pool: the sum),
         ``input_bytes`` (the copied inputs' shared buffers), ``captures``."""
         sizes = [c.bytes for c in self.captures.values() if c.bytes is not None]
-        pool = (max(sizes) if self.shared_pool else sum(sizes)) if sizes else None
+        incremental = any(c.graph.pool_bytes_incremental for c in self.captures.values())
+        pool = (max(sizes) if self.shared_pool and not incremental else sum(sizes)) \
+            if sizes else None
         held = {}
         for cap in self.captures.values():
             for i in cap.copy_indices:

@@ -27,6 +27,15 @@ aten = torch.ops.aten
 View = Tuple[int, int, Tuple[Any, ...], Tuple[Any, ...], Any]
 
 
+# Views that are windows on their input's elements (sizes, strides, offset: an as_strided of
+# the base gives them back). Not here: view.dtype (a reinterpretation), _conj / _neg_view
+# (a flag on the tensor), view_as_real / view_as_complex (another dtype).
+_WINDOWS = frozenset({"view", "_unsafe_view", "reshape", "alias", "detach", "t", "transpose", "permute",
+                      "slice", "select", "narrow", "expand", "squeeze", "unsqueeze", "diagonal",
+                      "unfold", "as_strided", "split", "split_with_sizes", "unbind", "chunk",
+                      "tensor_split", "unflatten", "movedim"})
+
+
 def _is_view(node: torch.fx.Node) -> bool:
     if node.op != "call_function":
         return False
@@ -35,6 +44,8 @@ def _is_view(node: torch.fx.Node) -> bool:
         return isinstance(src, torch.fx.Node) and _is_view(src)
     target = node.target
     if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if target._schema.name.split("::")[-1] not in _WINDOWS or target._overloadname == "dtype":
         return False
     return bool(target._schema.returns) and any(
         r.alias_info is not None and not r.alias_info.is_write for r in target._schema.returns)
@@ -103,6 +114,8 @@ def outputs_as_bases(gm: torch.fx.GraphModule) -> Tuple[torch.fx.GraphModule, Li
         base_layout = _layout(base, bound) if layout is not None else None
         if layout is None or base_layout is None or base_layout[2] != 0:
             continue
+        if out.meta["val"].dtype != base.meta["val"].dtype:
+            continue  # view.dtype: a reinterpretation, not a window on the base's elements
         plan.append((i, base, layout))
     if not plan:
         return gm, []
