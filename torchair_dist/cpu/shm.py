@@ -64,12 +64,13 @@ from __future__ import annotations
 import mmap
 import os
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as _c10d
 
+from ..base.util import calling_rank
 from ..collectives import failures, groups, spec
 from ..collectives import collective_ops as _ops
 from ..errors import CollectiveFaultError, CollectiveMismatchError, PeerFailedError
@@ -323,28 +324,35 @@ def _setup(pg, ranks: List[int], name: str) -> Optional[Channel]:
                    mapped.timeout, mapped.watch)
 
 
-# -- setup, one channel per group ------------------------------------------------------------
-# group name as the graph spells it -> (process group, its channel or None); channels are
-# made per process group (two spellings of one group share it), and a re-created group gets
-# a new one
-_channels: Dict[str, tuple] = {}
-_by_group: Dict[str, tuple] = {}   # stable group name -> (process group, channel or None)
+# -- setup, one channel per group and rank ----------------------------------------------------
+# A channel is one rank's end of a group's segment. Channels are made per process group and
+# calling rank: with torch's threaded process group the ranks are threads of one process, each
+# with its own ProcessGroup object, and each thread must reach its own end (two spellings of
+# one group share it; a re-created group gets a new one).
+# group name as the graph spells it -> {rank: (process group, its channel or None)}
+_channels: Dict[str, Dict[int, tuple]] = {}
+# (stable group name, calling rank) -> (process group, channel or None)
+_by_group: Dict[Tuple[str, int], tuple] = {}
 
 
 def channel(group_name: str) -> Optional[Channel]:
-    """The group's channel, set up on first use through the group (every rank of it must call
-    this at the same point, as a collective); None when the group stays on gloo."""
+    """The calling rank's channel of the group, set up on first use through the group (every
+    rank of it must call this at the same point, as a collective); None when the group stays
+    on gloo."""
     known = _channels.get(group_name)
-    if known is not None and known[0] in _c10d._world.pg_map:  # its group is still alive
-        return known[1]
+    if known:
+        alive = _c10d._world.pg_map   # the calling thread's groups (thread ranks: its own)
+        for pg, ch in known.values():
+            if pg in alive:
+                return ch
     pg = groups.to_process_group(group_name)
-    name = groups.stable_name_of(pg)
-    made = _by_group.get(name)
+    name, rank = groups.stable_name_of(pg), dist.get_rank()
+    made = _by_group.get((name, rank))
     if made is None or made[0] is not pg:
         made = (pg, None if _without_peers() else
                 _setup(pg, dist.get_process_group_ranks(pg), name))
-        _by_group[name] = made
-    _channels[group_name] = made
+        _by_group[(name, rank)] = made
+    _channels.setdefault(group_name, {})[rank] = made
     return made[1]
 
 
@@ -356,9 +364,10 @@ def _without_peers() -> bool:
 
 
 def exchanges(group_name: str) -> Optional[int]:
-    """How many exchanges the group's channel made (None: no channel, the group is on gloo
-    or has not run a shared-memory collective yet)."""
-    known = _by_group.get(groups.stable_name_of(groups.to_process_group(group_name)))
+    """How many exchanges the calling rank's channel of the group made (None: no channel, the
+    group is on gloo or has not run a shared-memory collective yet)."""
+    known = _by_group.get((groups.stable_name_of(groups.to_process_group(group_name)),
+                           dist.get_rank()))
     return None if known is None or known[1] is None else known[1].seq
 
 
@@ -369,14 +378,15 @@ def reset() -> None:
 
 
 def abandon_all(exc: BaseException = None) -> None:
-    """A graph of this process failed at run time with a collective fault (on any transport;
+    """A graph of the calling rank failed at run time with a collective fault (on any transport;
     :func:`torchair_dist.collectives.failures.run_fault`): this rank leaves the step, so it marks
     the next exchange of each of its channels abandoned (:meth:`Channel.give_up`; a channel
     that already holds its mark keeps it). A peer waiting in, or arriving at, one of them
     raises :class:`CollectiveFaultError` naming this rank instead of waiting out the timeout or
-    finishing without it."""
-    for _, ch in list(_by_group.values()):
-        if ch is not None:
+    finishing without it. Thread ranks of the same process keep their channels."""
+    me = calling_rank()
+    for (_, rank), (_, ch) in list(_by_group.items()):
+        if ch is not None and (me is None or rank == me):
             ch.give_up(ch.seq + 1)
 
 
