@@ -58,6 +58,20 @@ def test_two_rank_cycle_is_a_mismatch_at_once(store):
     assert time.monotonic() - t0 < 10  # far below the 20 s timeout
 
 
+def test_ranks_at_different_checks_of_one_scope_are_out_of_step(store):
+    # rank 1 waits at check #0 of the world scope, rank 0 at check #1: the same collectives,
+    # one rank checked one graph more there; the error says so and names both waits
+    ahead = ("group:0,1", 1, 1, _key("group:0,1", 1).replace("/0/1", "/1/1"),
+             "all_reduce(float32[4]) on ranks [0, 1]", "fingerprint")
+    waits.announce(store, 1, "graph_0", [_wait("group:0,1", 0)])
+    with pytest.raises(CollectiveMismatchError) as info:
+        _run(store, 0, [ahead])
+    text = str(info.value)
+    assert ("rank 0 (graph_t) waits for rank 1's fingerprint of group:0,1 check #1; rank 1 "
+            "(graph_0) waits for rank 0's fingerprint of group:0,1 check #0") in text, text
+    assert "at different checks of group:0,1" in text and "different collectives" not in text
+
+
 def test_three_rank_cycle(store):
     waits.announce(store, 1, "g", [_wait("p2p:1,2", 2)])
     waits.announce(store, 2, "g", [_wait("p2p:0,2", 0)])

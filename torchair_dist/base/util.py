@@ -4,6 +4,7 @@
 - :func:`op_name`: ``ns::name`` of an op target; :func:`namespace_and_name`: the two parts;
 - :func:`current_rank_and_world`: rank and world size of the default process group;
   :func:`calling_rank`: the rank per-rank state is keyed by (a thread's, with thread ranks);
+  :func:`ranks_are_threads`: the default group is torch's threaded one;
 - :func:`input_device`: the device of a graph's tensor inputs;
 - :func:`on_dynamo_reset`: state that ``torch._dynamo.reset()`` clears; :data:`PROCESS_STATE`:
   every piece of module-level state, and whether ``torch._dynamo.reset()`` clears it or why it
@@ -64,6 +65,20 @@ def calling_rank() -> Optional[int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
     return None
+
+
+def ranks_are_threads() -> bool:
+    """Whether the calling thread's default group is torch's threaded process group (the
+    ``threaded`` backend of ``torch.testing._internal.distributed.multi_threaded_pg``: the ranks
+    are threads of this process)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    try:
+        return str(dist.get_backend()) == "threaded"
+    except Exception:  # noqa: BLE001 - a group without a backend name
+        return False
 
 
 def current_rank_and_world() -> Tuple[int, int]:

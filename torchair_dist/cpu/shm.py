@@ -125,7 +125,8 @@ class Channel:
     peer still reads the previous one (it cannot get two ahead: it waits for everyone)."""
 
     def __init__(self, mm: mmap.mmap, rank: int, world: int, ranks: List[int], name: str,
-                 slot: int, timeout: float = 300.0, watch: Optional[List[bool]] = None):
+                 slot: int, timeout: float = 300.0, watch: Optional[List[bool]] = None,
+                 threads: bool = False):
         self.rank, self.world, self.ranks, self.name, self.slot = rank, world, ranks, name, slot
         self._mm = mm
         self._words = memoryview(mm).cast("q")          # int64 view of the whole segment
@@ -148,6 +149,7 @@ class Channel:
         self.timeout = timeout
         # peers whose process this one can see (another PID namespace: the timeout only)
         self._watch = watch if watch is not None else [True] * world
+        self._threads = threads   # thread ranks: the pid words hold the ranks' thread ids
 
     # -- protocol ---------------------------------------------------------------------------
     def _publish_and_wait(self) -> torch.Tensor:
@@ -195,7 +197,8 @@ class Channel:
         alive = not self._watch[peer] or segment.process_exists(pid)
         if not alive or waited > self.timeout:
             self.give_up(seq, peer, 2 if not alive else 1)
-            why = (f"its process (pid {pid}) has exited" if not alive else
+            what = f"thread (tid {pid})" if self._threads else f"process (pid {pid})"
+            why = (f"its {what} has exited" if not alive else
                    f"it did not arrive within {self.timeout:g} s (the group timeout; "
                    f"{TIMEOUT_ENV} overrides it)")
             raise CollectiveFaultError(
@@ -321,7 +324,7 @@ def _setup(pg, ranks: List[int], name: str) -> Optional[Channel]:
     if mapped is None:
         return None
     return Channel(mapped.mm, mapped.rank, mapped.world, ranks, name, mapped.slot,
-                   mapped.timeout, mapped.watch)
+                   mapped.timeout, mapped.watch, mapped.threads)
 
 
 # -- setup, one channel per group and rank ----------------------------------------------------
