@@ -139,15 +139,16 @@ def _cycle_error(rank: int, graph_name: str, chain: List[Hop],
     hops = "; ".join(_describe_hop(h, graph_name) for h in chain)
     scopes, numbers = {h[2] for h in chain}, {h[3] for h in chain}
     if len(scopes) == 1 and len(numbers) > 1:
-        why = (f"the ranks are at different checks of {first[0]}: one checked more graphs with "
-               f"collectives there than the others (a graph only some ranks compiled or ran, "
-               f"or reset_check_sequence() called on some ranks only)")
+        what = (f"the ranks' checks of {first[0]} are out of step: one checked more graphs "
+                f"with collectives there than the others (a graph only some ranks compiled or "
+                f"ran, or reset_check_sequence() called on some ranks only)")
     else:
-        why = "each waits for collectives the next one's graph does not have at this point"
+        what = (f"ranks compiled different collectives in {graph_name}: each waits for "
+                f"collectives the next one's graph does not have at this point")
     return CollectiveMismatchError(
-        f"rank {rank}: running {graph_name} would hang: the ranks wait for each other in the "
-        f"cross-rank check, in a cycle: {hops}; {why}. This rank's first collective on "
-        f"{first[0]}: {first[4]}.")
+        f"rank {rank}: {what}; running it would hang: the ranks wait for each other in the "
+        f"cross-rank check, in a cycle: {hops}. This rank's first collective on {first[0]}: "
+        f"{first[4]}.")
 
 
 def wait_for(store, waits: Sequence[Wait], rank: int, graph_name: str, deadline: float,
