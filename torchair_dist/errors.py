@@ -56,6 +56,11 @@ class CollectiveFaultError(TorchairDistError, RuntimeError):
     """A collective of a compiled graph failed at run time (a peer died, stopped or timed out)."""
 
 
+class WrongRankError(TorchairDistError, RuntimeError):
+    """A compiled graph's runner holds one rank's state and was called on another rank (thread
+    ranks sharing one compiled function); the message names both ranks and what to do."""
+
+
 class CacheRejectedError(TorchairDistError, RuntimeError):
     """A compile-cache entry was refused (ownership, permissions, hash, version)."""
 

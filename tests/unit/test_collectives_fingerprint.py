@@ -9,7 +9,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-from torchair_dist.collectives import consistency, groups
+from torchair_dist.collectives import consistency, failures, groups
 from torchair_dist.collectives import collective_ops as ops  # noqa: E402,F401
 from torchair_dist.collectives.consistency import (  # noqa: E402
     CollectiveFaultError, collective_fingerprint, compare, exchange_and_check, guard_first_run)
@@ -113,7 +113,7 @@ def test_exchange_through_the_store():
     store = dist.HashStore()
     fp = [_e("all_reduce", reduce="sum")]
     consistency.reset_check_sequence()
-    base = f"torchair_dist/consistency/{consistency._epoch[0]}/group:0,1"
+    base = f"torchair_dist/consistency/{failures.epoch()}/group:0,1"
     store.set(f"{base}/0/0", json.dumps({"graph": "g", "fp": fp}))
     store.set(f"{base}/0/0/ok", "1")  # rank 0 confirmed its check
     assert exchange_and_check(fp, "g", 5, store=store) >= 0  # rank 1 (fake world)

@@ -49,10 +49,28 @@ def test_two_rank_cycle_is_a_mismatch_at_once(store):
     # on the world scope rank 1's graph does not have
     waits.announce(store, 1, "graph_1", [_wait("group:0,1", 0)])
     t0 = time.monotonic()
-    with pytest.raises(CollectiveMismatchError, match=r"rank 0 -> rank 1 \(group:0,1,2\) -> "
-                                                      r"rank 0 \(group:0,1\)"):
+    with pytest.raises(CollectiveMismatchError) as info:
         _run(store, 0, [_wait("group:0,1,2", 1)])
+    # each hop names what that rank waits for, in which graph, at which check
+    text = str(info.value)
+    assert "ranks compiled different collectives in graph_t" in text, text
+    assert ("in a cycle: rank 0 (graph_t) waits for rank 1's fingerprint of group:0,1,2 check "
+            "#0; rank 1 (graph_1) waits for rank 0's fingerprint of group:0,1 check #0.") in text
     assert time.monotonic() - t0 < 10  # far below the 20 s timeout
+
+
+def test_ranks_at_different_checks_of_one_scope_are_out_of_step(store):
+    # rank 1 waits at check #0 of the world scope, rank 0 at check #1: the same collectives,
+    # one rank checked one graph more there; the error says so and names both waits
+    ahead = ("group:0,1", 1, 1, _key("group:0,1", 1).replace("/0/1", "/1/1"),
+             "all_reduce(float32[4]) on ranks [0, 1]", "fingerprint")
+    waits.announce(store, 1, "graph_0", [_wait("group:0,1", 0)])
+    with pytest.raises(CollectiveMismatchError) as info:
+        _run(store, 0, [ahead])
+    text = str(info.value)
+    assert ("rank 0 (graph_t) waits for rank 1's fingerprint of group:0,1 check #1; rank 1 "
+            "(graph_0) waits for rank 0's fingerprint of group:0,1 check #0") in text, text
+    assert "checks of group:0,1 are out of step" in text and "different collectives" not in text
 
 
 def test_three_rank_cycle(store):
@@ -108,7 +126,7 @@ def test_records_of_an_episode_this_rank_failed_in_are_acknowledged(store):
     key = f"{failures.PREFIX}/{failures.epoch()}/failed/1"
     store.set(key, json.dumps({"rank": 1, "kind": "CollectiveMismatchError", "error": "old",
                                "stage": "the cross-rank check", "time": 1.0}))
-    failures._published[0] = True  # this rank failed (and published) in that episode
+    failures._published.add(None)  # this rank (no group: None) failed and published then
     failures.acknowledge_after_own_failure(2, store=store)
     assert failures.failed_peers([1], store=store) == {}
     assert 1 in failures.failed_peers([1], store=store, all_records=True)

@@ -239,7 +239,7 @@ def test_a_run_time_fault_elsewhere_abandons_the_next_exchange(monkeypatch):
     from torchair_dist.collectives import failures
 
     chans = _pair()
-    monkeypatch.setattr(shm, "_by_group", {"test": (None, chans[0])})
+    monkeypatch.setattr(shm, "_by_group", {("test", 0): (None, chans[0])})
     _on_threads([lambda r=r: chans[r].all_reduce_(torch.ones(4), "sum") for r in range(2)])
     failures.run_fault(RuntimeError("gloo: timed out"))
     with pytest.raises(CollectiveFaultError,

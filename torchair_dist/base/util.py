@@ -3,6 +3,8 @@
 - :func:`source_line`: the user's source line of an FX node, for error messages;
 - :func:`op_name`: ``ns::name`` of an op target; :func:`namespace_and_name`: the two parts;
 - :func:`current_rank_and_world`: rank and world size of the default process group;
+  :func:`calling_rank`: the rank per-rank state is keyed by (a thread's, with thread ranks);
+  :func:`ranks_are_threads`: the default group is torch's threaded one;
 - :func:`input_device`: the device of a graph's tensor inputs;
 - :func:`on_dynamo_reset`: state that ``torch._dynamo.reset()`` clears; :data:`PROCESS_STATE`:
   every piece of module-level state, and whether ``torch._dynamo.reset()`` clears it or why it
@@ -49,6 +51,34 @@ def namespace_and_name(target: Any) -> Tuple[Optional[str], Optional[str]]:
         return None, None
     namespace, _, short = name.partition("::")
     return namespace, short
+
+
+def calling_rank() -> Optional[int]:
+    """The global rank of the calling thread's default process group; None when it has none.
+
+    Per-rank state (the cross-rank check's sequence, the failure board, shared-memory channels)
+    is keyed by it, never by the process: with torch's threaded process group (ranks as threads
+    of one process, what PyTorch's own distributed tests use) each thread is a rank of its own,
+    and ``torch.distributed`` answers each thread with its group's rank."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return None
+
+
+def ranks_are_threads() -> bool:
+    """Whether the calling thread's default group is torch's threaded process group (the
+    ``threaded`` backend of ``torch.testing._internal.distributed.multi_threaded_pg``: the ranks
+    are threads of this process)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    try:
+        return str(dist.get_backend()) == "threaded"
+    except Exception:  # noqa: BLE001 - a group without a backend name
+        return False
 
 
 def current_rank_and_world() -> Tuple[int, int]:
@@ -118,15 +148,15 @@ PROCESS_STATE = {
     "torchair_dist.backends.aclgraph.capture:_CAPTURE_STREAMS":
         "one capture stream per device, as torch's own graph capture keeps one",
     "torchair_dist.collectives.consistency:_check_counts":
-        "the cross-rank check's sequence numbers must stay in step on every rank; a rank's "
-        "torch._dynamo.reset() alone would put it out of step (reset_check_sequence() on "
-        "every rank starts a new sequence)",
-    "torchair_dist.collectives.consistency:_epoch": "shared with failures._epoch (above)",
-    "torchair_dist.collectives.failures:_epoch":
-        "the failure board's epoch, in step on every rank (reset_check_sequence)",
+        "the cross-rank check's sequence numbers, per rank (thread ranks share the process), "
+        "must stay in step on every rank; a rank's torch._dynamo.reset() alone would put it "
+        "out of step (reset_check_sequence() on every rank starts a new sequence)",
+    "torchair_dist.collectives.failures:_epochs":
+        "the failure board's epoch per rank, in step on every rank (reset_check_sequence)",
     "torchair_dist.collectives.failures:_acknowledged":
-        "peer failures this process already reported (failure board, per process)",
-    "torchair_dist.collectives.failures:_published": "this process's own failure record",
+        "peer failures each rank of this process already reported (failure board, per rank)",
+    "torchair_dist.collectives.failures:_published":
+        "the ranks of this process that published a failure record",
     "torchair_dist.collectives.failures:_hook_installed": "an exit hook, installed once",
     "torchair_dist.collectives.failures:_run_fault_listeners":
         "transports told of a run-time collective fault (registered once, at their import)",
@@ -138,7 +168,7 @@ PROCESS_STATE = {
         "the torch.distributed functions replaced at import (remap.install())",
     "torchair_dist.pipeline.route:_observers": "the open record_graphs() blocks (context-managed)",
     "torchair_dist.cpu.shm:_channels":
-        "shared-memory channels belong to process groups, not to compiled graphs "
+        "shared-memory channels belong to process groups and ranks, not to compiled graphs "
         "(shm.reset() after destroying the groups)",
     "torchair_dist.cpu.shm:_by_group": "as cpu.shm:_channels",
     "torchair_dist.pipeline.torch_patches:_applied": "platform patches applied once per process",

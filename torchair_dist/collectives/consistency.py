@@ -15,9 +15,10 @@ non-p2p collectives must be equal on every member; per pair of ranks, the sends 
 equal, in order, the receives of the other (peer, tag, dtype, shape); unmatched ones are named.
 
 Store protocol: one key per *scope* — a group (``group:0,1``) or a p2p pair (``p2p:0,1``) —
-``torchair_dist/consistency/<epoch>/<scope>/<n>/<rank>``, where ``n`` counts this process's checks
-of that scope; ranks sharing a scope meet there whatever else they do (a ring of sends, TP
-subgroups). Once its comparisons pass, a rank *confirms* (``<key>/ok``) and waits for the
+``torchair_dist/consistency/<epoch>/<scope>/<n>/<rank>``, where ``n`` counts this rank's checks
+of that scope (the calling thread's rank, not the process's: with torch's threaded process group
+every thread is a rank with its own sequence); ranks sharing a scope meet there whatever else
+they do (a ring of sends, TP subgroups). Once its comparisons pass, a rank *confirms* (``<key>/ok``) and waits for the
 confirmations of its peers, so no rank runs a graph whose collectives a peer refused: the peer's
 published failure reaches it instead. While waiting, ranks announce what they wait for and a
 wait-for cycle between ranks (each holds collectives the next one's graph lacks there) is a
@@ -45,7 +46,7 @@ import torch.distributed as dist
 
 from ..errors import CollectiveFaultError, CollectiveMismatchError, TorchairDistError
 from ..base.graph_context import GraphContext
-from ..base.util import op_name, source_line
+from ..base.util import calling_rank, op_name, source_line
 from . import failures, groups, spec
 from . import waits as _waits
 
@@ -257,15 +258,19 @@ def compare(rank: int, mine: Sequence[Dict], theirs: Dict[int, Sequence[Dict]]) 
 
 
 # ------------------------------------------------------------------------------- exchange
-_check_counts: Dict[str, int] = collections.defaultdict(int)
-_epoch = failures._epoch  # shared with the failure records
+# (rank, scope) -> checks of that scope the rank made: keyed by the calling rank, so thread
+# ranks of one process each keep their own sequence
+_check_counts: Dict[Tuple[int, str], int] = collections.defaultdict(int)
 
 
 def reset_check_sequence(epoch: Optional[int] = None) -> None:
-    """Start a new check sequence (and a clean failure board). After a failed check the ranks
-    are out of step (the error is meant to be fatal); a program that survives one calls this on
-    every rank (with the same ``epoch`` when given)."""
-    _check_counts.clear()
+    """Start a new check sequence (and a clean failure board) for the calling rank (for every
+    rank of the process when no group is initialised). After a failed check the ranks are out
+    of step (the error is meant to be fatal); a program that survives one calls this on every
+    rank (with the same ``epoch`` when given)."""
+    rank = calling_rank()
+    for key in [k for k in _check_counts if rank is None or k[0] == rank]:
+        del _check_counts[key]
     failures.set_epoch(epoch)
 
 
@@ -291,10 +296,11 @@ def _exchange(fp, graph_name, timeout_s, store, rank) -> None:
     deadline = time.monotonic() + timeout_s
     waits, confirms = [], []  # waits.Wait tuples: fingerprints, then confirmations
     scopes = scopes_of(fp, rank)
+    epoch, bases = failures.epoch(), {}
     for scope, (others, entries) in sorted(scopes.items()):
-        seq = _check_counts[scope]
-        _check_counts[scope] += 1
-        base = f"{_PREFIX}/{_epoch[0]}/{scope}/{seq}"
+        seq = _check_counts[(rank, scope)]
+        _check_counts[(rank, scope)] += 1
+        base = bases[scope] = f"{_PREFIX}/{epoch}/{scope}/{seq}"
         store.set(f"{base}/{rank}", json.dumps({"graph": graph_name, "fp": entries}))
         first = _describe(entries[0])
         waits += [(scope, seq, o, f"{base}/{o}", first, "fingerprint") for o in others]
@@ -309,8 +315,8 @@ def _exchange(fp, graph_name, timeout_s, store, rank) -> None:
         raise CollectiveMismatchError(
             f"rank {rank}: ranks compiled different collectives in {graph_name}; running it "
             f"would hang. First divergence: " + "\n  ".join(problems))
-    for scope, (others, _) in sorted(scopes.items()):
-        store.set(f"{_PREFIX}/{_epoch[0]}/{scope}/{_check_counts[scope] - 1}/{rank}/ok", "1")
+    for scope in sorted(scopes):
+        store.set(f"{bases[scope]}/{rank}/ok", "1")
     _waits.announce(store, rank, graph_name, confirms)
     _waits.wait_for(store, confirms, rank, graph_name, deadline, timeout_s)
 

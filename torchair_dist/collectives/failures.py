@@ -17,6 +17,10 @@ graph break of a frame compiled without ``fullgraph=True``, or ``suppress_errors
 Records live in the check *epoch* of :mod:`.consistency`: a program (or test) that survives a
 failure calls ``consistency.reset_check_sequence()`` on every rank to start clean.
 
+Every piece of this board's state is the calling rank's (:func:`~torchair_dist.base.util.
+calling_rank`), not the process's: with torch's threaded process group the ranks are threads of
+one process, and each keeps its own epoch, its own published flag and its own acknowledgements.
+
 At run time a rank that leaves a step because one of its graph's collectives failed (a peer died
 or stopped: :class:`~torchair_dist.errors.CollectiveFaultError`) tells the transports that keep
 their own state (:func:`on_run_fault` listeners, :func:`run_fault`): the shared-memory transport
@@ -28,17 +32,21 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import torch.distributed as dist
+
+from ..base.util import calling_rank
 
 log = logging.getLogger("torchair_dist")
 
 POLL_S = 0.1  # how often a waiting rank looks for a peer's failure record
 PREFIX = "torchair_dist/consistency"
-_epoch = [0]  # the current check epoch; consistency.reset_check_sequence bumps it
-_acknowledged = set()  # (rank, time) of records this process no longer reports (see below)
-_published = [False]  # this process published a failure since it last acknowledged
+# per calling rank (None: no process group yet, the process's default); see the docstring
+_epochs: Dict[Optional[int], int] = {}  # the current check epoch (reset_check_sequence bumps it)
+# (acknowledging rank, failed rank, time) of the records that rank no longer reports (see below)
+_acknowledged: Set[Tuple[Optional[int], int, object]] = set()
+_published: Set[Optional[int]] = set()  # ranks that published a failure since they acknowledged
 _run_fault_listeners: List[Callable[[BaseException], None]] = []  # see on_run_fault
 
 
@@ -100,7 +108,7 @@ def no_peers_reason(store=None) -> Optional[str]:
 
 
 def _key(rank: int) -> str:
-    return f"{PREFIX}/{_epoch[0]}/failed/{rank}"
+    return f"{PREFIX}/{epoch()}/failed/{rank}"
 
 
 def publish(exc: BaseException, stage: str, graph: str = "", store=None) -> bool:
@@ -123,7 +131,7 @@ def publish(exc: BaseException, stage: str, graph: str = "", store=None) -> bool
     except Exception as err:  # noqa: BLE001
         log.warning("rank %d: could not publish its failure to the peers: %s", rank, err)
         return False
-    _published[0] = True
+    _published.add(rank)
     log.debug("rank %d: published failure (%s): %s", rank, stage, message[:200])
     return True
 
@@ -131,11 +139,12 @@ def publish(exc: BaseException, stage: str, graph: str = "", store=None) -> bool
 def failed_peers(ranks: Iterable[int], store=None, *, all_records: bool = False
                  ) -> Dict[int, dict]:
     """The failure records of those of ``ranks`` that published one in this epoch (and that
-    this process has not acknowledged, unless ``all_records``)."""
+    the calling rank has not acknowledged, unless ``all_records``)."""
     store = store if store is not None else _store()
     found: Dict[int, dict] = {}
     if store is None:
         return found
+    me = calling_rank()
     for r in sorted(set(ranks)):
         key = _key(r)
         if store.check([key]):
@@ -143,21 +152,22 @@ def failed_peers(ranks: Iterable[int], store=None, *, all_records: bool = False
                 found[r] = json.loads(store.get(key))
             except Exception:  # noqa: BLE001 - a malformed record still names the rank
                 found[r] = {"rank": r, "error": "(unreadable failure record)", "stage": "?"}
-            if not all_records and (r, found[r].get("time")) in _acknowledged:
+            if not all_records and (me, r, found[r].get("time")) in _acknowledged:
                 del found[r]
     return found
 
 
 def acknowledge_after_own_failure(world_size: int, store=None) -> None:
-    """Called as a check starts. If this process failed (and published) since the last call,
-    the records its peers published in the same episode are old news to it: a program that
-    caught the error and compiles on without ``reset_check_sequence()`` must not be failed again
-    by them. Records published later are reported as usual."""
-    if not _published[0]:
+    """Called as a check starts. If the calling rank failed (and published) since the last
+    call, the records its peers published in the same episode are old news to it: a program
+    that caught the error and compiles on without ``reset_check_sequence()`` must not be failed
+    again by them. Records published later are reported as usual."""
+    me = calling_rank()
+    if me not in _published:
         return
-    _published[0] = False
+    _published.discard(me)
     records = failed_peers(range(world_size), store=store)
-    _acknowledged.update((r, rec.get("time")) for r, rec in records.items())
+    _acknowledged.update((me, r, rec.get("time")) for r, rec in records.items())
 
 
 def describe(records: Dict[int, dict]) -> str:
@@ -249,11 +259,23 @@ def _root_cause(exc: BaseException) -> BaseException:
 
 
 def epoch() -> int:
-    return _epoch[0]
+    """The calling rank's check epoch (the process's default where no group is initialised)."""
+    rank = calling_rank()
+    return _epochs.get(rank, _epochs.get(None, 0))
 
 
 def set_epoch(value: Optional[int] = None) -> int:
-    _acknowledged.clear()
-    _published[0] = False
-    _epoch[0] = _epoch[0] + 1 if value is None else int(value)
-    return _epoch[0]
+    """Start the calling rank's next epoch (``value``, else the current one plus one) with a
+    clean board. Called without a process group it sets the process's default, for every rank
+    this process plays."""
+    rank = calling_rank()
+    new = epoch() + 1 if value is None else int(value)
+    if rank is None:
+        _epochs.clear()
+        _acknowledged.clear()
+        _published.clear()
+    else:
+        _acknowledged.difference_update({a for a in _acknowledged if a[0] == rank})
+        _published.discard(rank)
+    _epochs[rank] = new
+    return new

@@ -2,7 +2,8 @@
 
 A rank in the check waits for store keys its peers publish (their fingerprints, then their
 confirmations). Before it waits it *announces* what it waits for under
-``torchair_dist/consistency/<epoch>/waiting/<rank>``: ``{"graph", "waits": [[peer, key], ...]}``.
+``torchair_dist/consistency/<epoch>/waiting/<rank>``:
+``{"graph", "waits": [[peer, key, scope, phase, check number], ...]}``.
 While waiting (:func:`wait_for`) it raises
 
 * :class:`~torchair_dist.errors.PeerFailedError` as soon as a peer whose key is missing has
@@ -16,7 +17,10 @@ While waiting (:func:`wait_for`) it raises
   their keys of that check before they wait, so a missing key of a rank blocked in the check
   stays missing; the cycle can never resolve (e.g. one rank holds a collective on a subgroup,
   or a send, that its peer's graph lacks at that point). The cycle is confirmed twice, a poll
-  apart, so a peer that just failed is reported by its failure record instead;
+  apart, so a peer that just failed is reported by its failure record instead. The error names
+  each hop as it is: which rank, in which graph, waits for which rank's fingerprint or
+  confirmation of which scope and check number — ranks at different check numbers of one scope
+  are out of step (one checked more graphs there), not holding different collectives;
 * ``CollectiveMismatchError`` after the timeout, naming the ranks that published nothing.
 """
 from __future__ import annotations
@@ -43,7 +47,7 @@ def _key(rank: int) -> str:
 
 def announce(store, rank: int, graph_name: str, waits: Sequence[Wait]) -> None:
     store.set(_key(rank), json.dumps({"graph": graph_name,
-                                      "waits": [[w[2], w[3], w[0], w[5]] for w in waits]}))
+                                      "waits": [[w[2], w[3], w[0], w[5], w[1]] for w in waits]}))
 
 
 def _announced(store, rank: int) -> Optional[dict]:
@@ -56,9 +60,15 @@ def _announced(store, rank: int) -> Optional[dict]:
         return None
 
 
-def find_cycle(store, rank: int, pending: Sequence[Wait]) -> Optional[List[Tuple[int, str]]]:
-    """A chain ``[(p1, scope), (p2, scope), ..., (rank, scope)]`` of blocked waits from this
-    rank back to itself, each waiting for a missing key of the next; None if there is none."""
+# one blocked wait of a cycle: (waiting rank, the rank it waits for, scope, check number,
+# phase "fingerprint" | "confirm", the waiting rank's graph; None for this rank's own)
+Hop = Tuple[int, int, str, int, str, Optional[str]]
+
+
+def find_cycle(store, rank: int, pending: Sequence[Wait]) -> Optional[List[Hop]]:
+    """A chain of blocked waits from this rank back to itself, each waiting for a missing key
+    of the next: ``[(rank, p1, ...), (p1, p2, ...), ..., (pn, rank, ...)]`` (:data:`Hop`);
+    None if there is none."""
     missing: Dict[str, bool] = {}
 
     def is_missing(key):
@@ -66,7 +76,7 @@ def find_cycle(store, rank: int, pending: Sequence[Wait]) -> Optional[List[Tuple
             missing[key] = not store.check([key])
         return missing[key]
 
-    stack = [(w[2], [(w[2], w[0])]) for w in pending]
+    stack = [(w[2], [(rank, w[2], w[0], w[1], w[5], None)]) for w in pending]
     seen = set()
     while stack:
         peer, chain = stack.pop()
@@ -75,14 +85,15 @@ def find_cycle(store, rank: int, pending: Sequence[Wait]) -> Optional[List[Tuple
         seen.add(peer)
         if failures.failed_peers([peer], store=store, all_records=True):
             continue  # not blocked: it failed (its announcement is stale); reported as such
-        record = _announced(store, peer)
-        for other, key, scope, _ in (record or {}).get("waits", []):
+        record = _announced(store, peer) or {}
+        for other, key, scope, phase, *seq in record.get("waits", []):
             if not is_missing(key):
                 continue
+            hop = (peer, other, scope, seq[0] if seq else -1, phase, record.get("graph", "?"))
             if other == rank:
-                return chain + [(rank, scope)]
+                return chain + [hop]
             if other not in seen:
-                stack.append((other, chain + [(other, scope)]))
+                stack.append((other, chain + [hop]))
     return None
 
 
@@ -114,15 +125,30 @@ def _all_failed(store, pending: Sequence[Wait], failed: Dict[int, dict]) -> Dict
         failed = {**failed, **failures.failed_peers({w[2] for w in open_}, store=store)}
 
 
-def _cycle_error(rank: int, graph_name: str, chain, pending: Sequence[Wait]) -> Exception:
-    first = next((w for w in pending if w[2] == chain[0][0]), pending[0])
-    hops = " -> ".join([f"rank {rank}"] + [f"rank {p} ({scope})" for p, scope in chain])
+def _describe_hop(hop: Hop, graph_name: str) -> str:
+    waiter, peer, scope, seq, phase, graph = hop
+    what = "fingerprint" if phase == "fingerprint" else "confirmation"
+    number = f" check #{seq}" if seq >= 0 else ""
+    graph = graph_name if graph is None else graph  # None: this rank's own wait
+    return f"rank {waiter} ({graph}) waits for rank {peer}'s {what} of {scope}{number}"
+
+
+def _cycle_error(rank: int, graph_name: str, chain: List[Hop],
+                 pending: Sequence[Wait]) -> Exception:
+    first = next((w for w in pending if w[2] == chain[0][1]), pending[0])
+    hops = "; ".join(_describe_hop(h, graph_name) for h in chain)
+    scopes, numbers = {h[2] for h in chain}, {h[3] for h in chain}
+    if len(scopes) == 1 and len(numbers) > 1:
+        what = (f"the ranks' checks of {first[0]} are out of step: one checked more graphs "
+                f"with collectives there than the others (a graph only some ranks compiled or "
+                f"ran, or reset_check_sequence() called on some ranks only)")
+    else:
+        what = (f"ranks compiled different collectives in {graph_name}: each waits for "
+                f"collectives the next one's graph does not have at this point")
     return CollectiveMismatchError(
-        f"rank {rank}: ranks compiled different collectives in {graph_name}; running it would "
-        f"hang: the ranks wait for each other in the cross-rank check ({hops}), each for "
-        f"collectives the next one's graph does not have at this point. This rank waits for "
-        f"rank {chain[0][0]} on {first[0]} (check #{first[1]}); this rank's first collective "
-        f"there: {first[4]}.")
+        f"rank {rank}: {what}; running it would hang: the ranks wait for each other in the "
+        f"cross-rank check, in a cycle: {hops}. This rank's first collective on {first[0]}: "
+        f"{first[4]}.")
 
 
 def wait_for(store, waits: Sequence[Wait], rank: int, graph_name: str, deadline: float,

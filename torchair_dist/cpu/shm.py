@@ -64,12 +64,13 @@ from __future__ import annotations
 import mmap
 import os
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as _c10d
 
+from ..base.util import calling_rank
 from ..collectives import failures, groups, spec
 from ..collectives import collective_ops as _ops
 from ..errors import CollectiveFaultError, CollectiveMismatchError, PeerFailedError
@@ -124,7 +125,8 @@ class Channel:
     peer still reads the previous one (it cannot get two ahead: it waits for everyone)."""
 
     def __init__(self, mm: mmap.mmap, rank: int, world: int, ranks: List[int], name: str,
-                 slot: int, timeout: float = 300.0, watch: Optional[List[bool]] = None):
+                 slot: int, timeout: float = 300.0, watch: Optional[List[bool]] = None,
+                 threads: bool = False):
         self.rank, self.world, self.ranks, self.name, self.slot = rank, world, ranks, name, slot
         self._mm = mm
         self._words = memoryview(mm).cast("q")          # int64 view of the whole segment
@@ -147,6 +149,7 @@ class Channel:
         self.timeout = timeout
         # peers whose process this one can see (another PID namespace: the timeout only)
         self._watch = watch if watch is not None else [True] * world
+        self._threads = threads   # thread ranks: the pid words hold the ranks' thread ids
 
     # -- protocol ---------------------------------------------------------------------------
     def _publish_and_wait(self) -> torch.Tensor:
@@ -194,7 +197,8 @@ class Channel:
         alive = not self._watch[peer] or segment.process_exists(pid)
         if not alive or waited > self.timeout:
             self.give_up(seq, peer, 2 if not alive else 1)
-            why = (f"its process (pid {pid}) has exited" if not alive else
+            what = f"thread (tid {pid})" if self._threads else f"process (pid {pid})"
+            why = (f"its {what} has exited" if not alive else
                    f"it did not arrive within {self.timeout:g} s (the group timeout; "
                    f"{TIMEOUT_ENV} overrides it)")
             raise CollectiveFaultError(
@@ -320,31 +324,38 @@ def _setup(pg, ranks: List[int], name: str) -> Optional[Channel]:
     if mapped is None:
         return None
     return Channel(mapped.mm, mapped.rank, mapped.world, ranks, name, mapped.slot,
-                   mapped.timeout, mapped.watch)
+                   mapped.timeout, mapped.watch, mapped.threads)
 
 
-# -- setup, one channel per group ------------------------------------------------------------
-# group name as the graph spells it -> (process group, its channel or None); channels are
-# made per process group (two spellings of one group share it), and a re-created group gets
-# a new one
-_channels: Dict[str, tuple] = {}
-_by_group: Dict[str, tuple] = {}   # stable group name -> (process group, channel or None)
+# -- setup, one channel per group and rank ----------------------------------------------------
+# A channel is one rank's end of a group's segment. Channels are made per process group and
+# calling rank: with torch's threaded process group the ranks are threads of one process, each
+# with its own ProcessGroup object, and each thread must reach its own end (two spellings of
+# one group share it; a re-created group gets a new one).
+# group name as the graph spells it -> {rank: (process group, its channel or None)}
+_channels: Dict[str, Dict[int, tuple]] = {}
+# (stable group name, calling rank) -> (process group, channel or None)
+_by_group: Dict[Tuple[str, int], tuple] = {}
 
 
 def channel(group_name: str) -> Optional[Channel]:
-    """The group's channel, set up on first use through the group (every rank of it must call
-    this at the same point, as a collective); None when the group stays on gloo."""
+    """The calling rank's channel of the group, set up on first use through the group (every
+    rank of it must call this at the same point, as a collective); None when the group stays
+    on gloo."""
     known = _channels.get(group_name)
-    if known is not None and known[0] in _c10d._world.pg_map:  # its group is still alive
-        return known[1]
+    if known:
+        alive = _c10d._world.pg_map   # the calling thread's groups (thread ranks: its own)
+        for pg, ch in known.values():
+            if pg in alive:
+                return ch
     pg = groups.to_process_group(group_name)
-    name = groups.stable_name_of(pg)
-    made = _by_group.get(name)
+    name, rank = groups.stable_name_of(pg), dist.get_rank()
+    made = _by_group.get((name, rank))
     if made is None or made[0] is not pg:
         made = (pg, None if _without_peers() else
                 _setup(pg, dist.get_process_group_ranks(pg), name))
-        _by_group[name] = made
-    _channels[group_name] = made
+        _by_group[(name, rank)] = made
+    _channels.setdefault(group_name, {})[rank] = made
     return made[1]
 
 
@@ -356,9 +367,10 @@ def _without_peers() -> bool:
 
 
 def exchanges(group_name: str) -> Optional[int]:
-    """How many exchanges the group's channel made (None: no channel, the group is on gloo
-    or has not run a shared-memory collective yet)."""
-    known = _by_group.get(groups.stable_name_of(groups.to_process_group(group_name)))
+    """How many exchanges the calling rank's channel of the group made (None: no channel, the
+    group is on gloo or has not run a shared-memory collective yet)."""
+    known = _by_group.get((groups.stable_name_of(groups.to_process_group(group_name)),
+                           dist.get_rank()))
     return None if known is None or known[1] is None else known[1].seq
 
 
@@ -369,14 +381,15 @@ def reset() -> None:
 
 
 def abandon_all(exc: BaseException = None) -> None:
-    """A graph of this process failed at run time with a collective fault (on any transport;
+    """A graph of the calling rank failed at run time with a collective fault (on any transport;
     :func:`torchair_dist.collectives.failures.run_fault`): this rank leaves the step, so it marks
     the next exchange of each of its channels abandoned (:meth:`Channel.give_up`; a channel
     that already holds its mark keeps it). A peer waiting in, or arriving at, one of them
     raises :class:`CollectiveFaultError` naming this rank instead of waiting out the timeout or
-    finishing without it."""
-    for _, ch in list(_by_group.values()):
-        if ch is not None:
+    finishing without it. Thread ranks of the same process keep their channels."""
+    me = calling_rank()
+    for (_, rank), (_, ch) in list(_by_group.items()):
+        if ch is not None and (me is None or rank == me):
             ch.give_up(ch.seq + 1)
 
 

@@ -2,8 +2,10 @@
 what protects it (:mod:`.shm` is the exchange protocol over it; its docstring says what is
 protected and why).
 
-Layout: a header of one 64-byte line per rank (word 0: its sequence number, 1: its pid, 2-3: its
-votes, 5-6: what it sends in bank 0 / 1, 7: its give-up mark; rank 0's word 4: the set-up nonce),
+Layout: a header of one 64-byte line per rank (word 0: its sequence number, 1: its pid — with
+thread ranks, torch's threaded process group, the Linux thread id of the rank's thread, so a
+peer sees a rank's thread end as it sees a process exit —, 2-3: its votes, 5-6: what it sends in
+bank 0 / 1, 7: its give-up mark; rank 0's word 4: the set-up nonce),
 then two banks of one slot per rank.
 """
 from __future__ import annotations
@@ -15,6 +17,7 @@ import platform as _pyplatform
 import socket
 import stat
 import struct
+import threading
 import uuid
 import warnings
 from typing import List, NamedTuple, Optional
@@ -23,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from ..base.envvars import env_int, env_seconds
+from ..base.util import ranks_are_threads
 from ..errors import CollectiveFaultError, CollectiveMismatchError
 
 log = logging.getLogger("torchair_dist")
@@ -47,6 +51,7 @@ class Mapped(NamedTuple):
     slot: int                  # bytes per rank and bank
     timeout: float             # seconds a wait gives a peer
     watch: List[bool]          # peers whose process this one can see
+    threads: bool = False      # the ranks are threads of one process: word 1 holds thread ids
 
 
 def slot_bytes() -> int:
@@ -164,6 +169,7 @@ def map_group(pg, ranks: List[int], name: str) -> Optional[Mapped]:
     when the group stays on gloo (a warning says why). The segment is unlinked on every path:
     once every rank has mapped it, and on any failure, a peer's death during set-up included."""
     slot = _agree_on_parameters(pg, ranks, name)
+    threads = ranks_are_threads()
     world, rank = len(ranks), dist.get_rank(pg)
     size = segment_bytes(world, slot)
     reason = unavailable_reason()
@@ -193,7 +199,9 @@ def map_group(pg, ranks: List[int], name: str) -> Optional[Mapped]:
             except OSError as exc:
                 reason = f"cannot map {seg}: {exc}"
         if mm is not None:
-            struct.pack_into("q", mm, word(rank, PID_WORD) * 8, os.getpid())  # for peers' liveness
+            # for peers' liveness: this rank's process, or its thread when ranks are threads
+            struct.pack_into("q", mm, word(rank, PID_WORD) * 8,
+                             threading.get_native_id() if threads else os.getpid())
             if rank == 0:
                 struct.pack_into("q", mm, word(0, NONCE_WORD) * 8, _MAGIC ^ nonce)
         verdicts: List[object] = [None] * world
@@ -235,10 +243,11 @@ def map_group(pg, ranks: List[int], name: str) -> Optional[Mapped]:
     watch = [process_exists(pid) for pid in pids]
     log.debug("shared-memory channel for group %s: %d ranks, %d bytes, peers watched: %s",
               name, world, size, watch)
-    return Mapped(mm, rank, world, slot, _timeout_of(pg), watch)
+    return Mapped(mm, rank, world, slot, _timeout_of(pg), watch, threads)
 
 
 def process_exists(pid: int) -> bool:
+    """Whether the process (or, given a Linux thread id, the thread) ``pid`` exists."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

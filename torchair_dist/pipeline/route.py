@@ -17,10 +17,11 @@ from . import stages as pipeline
 from ..configs import CompilerConfig
 from ..base.dumps import dumps_original_graph
 from ..base.graph_context import Backend, GraphContext, current_rank_and_world, eager_runner
-from ..errors import BackendUnavailableError
+from ..base.util import calling_rank, on_dynamo_reset, ranks_are_threads
+from ..collectives import failures
+from ..errors import BackendUnavailableError, WrongRankError
 from ..passes.graph_info import mutated_input_indices
 from .aot import keep_input_versions
-from ..base.util import on_dynamo_reset
 
 log = logging.getLogger("torchair_dist")
 
@@ -94,7 +95,45 @@ def build_runner(ctx: GraphContext, entry: Optional[Dict] = None,
     ``dump_config.data_dump_stage="original"``."""
     ctx = dataclasses.replace(ctx, original_gm=original, cache_entry=entry)
     runner = run_route(ctx)
-    return pipeline.run_stages(ctx.config, "runtime", runner, ctx)
+    runner = pipeline.run_stages(ctx.config, "runtime", runner, ctx)
+    return _one_rank_only(runner, ctx) if ranks_are_threads() else runner
+
+
+def _one_rank_only(runner, ctx: GraphContext):
+    """Thread ranks (torch's threaded process group): ``runner`` refuses calls from another
+    rank than the one it was compiled on (:class:`WrongRankError`).
+
+    A runner holds its rank's state (captured buffers, the GE executor's, the cross-rank check's
+    first run). Dynamo shares one compiled frame between threads whenever its guards cannot
+    tell the ranks apart — one ``torch.compile``'d function called by every thread rank, with
+    its group given by ranks or by name — and would hand this rank's runner to a peer: a race on
+    its buffers and, where the program depends on the rank, another rank's graph. Only calls
+    from a thread this runner has not seen look the rank up."""
+    import threading
+
+    call = runner if getattr(runner, "_boxed_call", False) else (lambda args: runner(*args))
+    threads = {threading.get_ident()}
+    get_ident = threading.get_ident
+
+    def run(args):
+        if get_ident() not in threads:
+            rank = calling_rank()
+            if rank is not None and rank != ctx.rank:
+                error = WrongRankError(
+                    f"rank {rank}: {ctx.graph_name} was compiled on rank {ctx.rank} and holds "
+                    f"that rank's state; with thread ranks (torch's threaded process group) "
+                    f"Dynamo hands one compiled function's graph to every thread whose guards "
+                    f"it passes. Compile per rank: call torch.compile(..., backend="
+                    f"get_npu_backend(...)) in each rank's thread (one backend object per "
+                    f"rank), or pass the ProcessGroup object (Dynamo guards on it) rather than "
+                    f"ranks or a group name.")
+                failures.publish(error, "the run", ctx.graph_name)  # peers waiting fail too
+                raise error
+            threads.add(get_ident())
+        return call(args)
+
+    run._boxed_call = True
+    return run
 
 
 def run_route(ctx: GraphContext):
