@@ -3,6 +3,7 @@
 * a rank taking another branch with a different collective -> CollectiveMismatchError on BOTH
   ranks naming the first divergent collective and what each rank had;
 * an unmatched send/recv pair (different shapes) -> the same, on both ranks;
+* ranks declaring other capture sizes -> the same, naming each rank's sizes;
 * a rank whose graph has no collectives -> the others fail within consistency_timeout, naming it;
 * the check switched off -> no store traffic; its cost on a 2-rank compile is measured;
 * a killed rank / a stopped rank -> the survivor gets CollectiveFaultError within the
@@ -64,6 +65,37 @@ def test_branch_mismatch_raises_on_every_rank(ranks2):
         assert "all_gather(float32['4', '3'])" in msg, msg
         assert "test_collectives_checks.py" in msg  # the user's source line of each collective
         assert f"rank {rank}:" in msg
+
+
+def _different_capture_sizes(rank, ws):
+    import torch
+    import torch.distributed as dist
+
+    def fn(x):
+        y = x * 2
+        dist.all_reduce(y)
+        return y
+
+    torch._dynamo.reset()
+    sizes = [2, 4, 8] if rank == 0 else [2, 4, 16]
+    compiled = compile_for(fn, "npugraph_ex", True, [], [], **{
+        "npugraphex_config.capture_sizes": sizes, "npugraphex_config.pad_to_capture_size": True,
+        "distributed_config.consistency_timeout": 20})
+    from torchair_dist.errors import TorchairDistError
+    try:
+        compiled(torch.ones(4, 3))
+    except TorchairDistError as exc:
+        return type(exc).__name__, str(exc)
+    return None, "no error"
+
+
+def test_ranks_declaring_other_capture_sizes_fail_on_every_rank(ranks2):
+    """Declared capture sizes decide the shapes the graph's collectives run with: ranks that
+    declare other ones fail before the first run, each naming both ranks' sizes."""
+    for rank, (kind, msg) in enumerate(ranks2.run(_different_capture_sizes, timeout=90)):
+        assert kind == "CollectiveMismatchError", msg
+        assert "capture_sizes=[2, 4, 8] pad=True" in msg and "capture_sizes=[2, 4, 16] pad=True" \
+            in msg, msg
 
 
 def _unmatched_p2p(rank, ws):

@@ -163,7 +163,8 @@ def collective_fingerprint(gm: torch.fx.GraphModule) -> List[Dict[str, Any]]:
 def _describe(entry: Optional[Dict[str, Any]]) -> str:
     if entry is None:
         return "nothing"
-    fields = [f"{k}={entry[k]}" for k in ("reduce", "root", "peer", "tag") if k in entry]
+    fields = [f"{k}={entry[k]}" for k in ("reduce", "root", "peer", "tag", "capture_sizes")
+              if k in entry]
     shape = entry["shape"]
     return (f"{entry['op']}({', '.join([entry['dtype'] + str(shape)] + fields)}) "
             f"on ranks {entry['group']} at {entry['where']}")
@@ -339,6 +340,20 @@ def _is_comm_failure(exc: BaseException) -> bool:
 last_check_seconds: Optional[float] = None  # cost of the latest check (for measurements)
 
 
+def _add_capture_sizes(fp: List[Dict[str, Any]], config) -> None:
+    """Declared capture sizes and padding decide the shapes a graph's collectives run with:
+    ranks that declare other ones would pad one batch to different sizes. Each entry carries
+    them, so a disagreement fails the check on every rank, naming both ranks' values."""
+    if config.get("mode") not in ("npugraph_ex", "reduce-overhead"):
+        return
+    sizes = sorted(set(config.get("npugraphex_config.capture_sizes") or []))
+    if not sizes:
+        return
+    declared = f"{sizes} pad={bool(config.get('npugraphex_config.pad_to_capture_size'))}"
+    for entry in fp:
+        entry["capture_sizes"] = declared
+
+
 def guard_first_run(runner, ctx: GraphContext):
     """Wrap ``runner``: cross-rank check before its first run, clear errors on peer faults.
 
@@ -354,6 +369,7 @@ def guard_first_run(runner, ctx: GraphContext):
     fp = collective_fingerprint(ctx.gm)
     if not fp:
         return runner
+    _add_capture_sizes(fp, ctx.config)
     # a fake group or a keyless store: no check (one log line), faults still named
     check = bool(ctx.config.get("distributed_config.consistency_check")) and \
         failures.no_peers_reason() is None
