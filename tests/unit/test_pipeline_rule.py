@@ -9,7 +9,6 @@
   really calls, recorded, are the rendered order filtered by the rule;
 * the second pass list (``COMMON_PASSES`` / ``run_common_passes``) is gone.
 """
-import dataclasses
 import inspect
 import os
 import re
@@ -262,19 +261,15 @@ def test_mode_rows_are_data_not_slices():
 
 
 def test_backends_start_no_step_themselves():
-    """A backend's compile hands its build to the row's runner; outside the route (no runner)
-    it refuses, naming why."""
+    """A backend only starts and finishes a build: the route runs the row's steps between;
+    finishing a build no step worked on refuses, naming the missing step."""
     from torchair_dist.backends import aclgraph, ge
     from torchair_dist.base.graph_context import GraphContext
 
     gm = torch.fx.symbolic_trace(lambda t: t + 1)
     ctx = GraphContext(gm=gm, example_inputs=[torch.ones(2)], config=CompilerConfig(),
                        static_input_indices=[], mutated_input_indices=[], graph_name="g")
-    for backend in (aclgraph.BACKEND, ge.BACKEND):
-        with pytest.raises(RuntimeError, match="outside the pipeline's route"):
-            backend.compile(ctx)
-    empty_row = dataclasses.replace(ctx, run_steps=lambda build: build)  # a row without steps
     with pytest.raises(RuntimeError, match="made no forward"):
-        aclgraph.BACKEND.compile(empty_row)
+        aclgraph.BACKEND.finish(aclgraph.BACKEND.start(ctx))
     with pytest.raises(RuntimeError, match="made no runner"):
-        ge.BACKEND.compile(empty_row)
+        ge.BACKEND.finish(ge.BACKEND.start(ctx))

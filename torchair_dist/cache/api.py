@@ -174,7 +174,7 @@ class CacheCompiledFunction:
         if record.first_args is None:
             raise NotCacheableError("the compiled graph did not run")
         return {"versions": _versions(), "signature": sig, "model_key": self._key,
-                "graph": g["graph"],
+                "graph": g["graph"], "handle": g["handle"],
                 "static": g["static"], "created": time.time(),
                 "inputs": _map_inputs(record, self.module, args, kwargs, g["used"],
                                       self.method),

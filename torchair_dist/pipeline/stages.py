@@ -14,11 +14,11 @@ no stage re-checks its own gate. One calling convention per level:
 * ``aot``: ``fn(gm, example_inputs, compiler, decompositions)``, the AOT autograd wrapper itself
   (the backend entry; the compiler it is handed runs the ``aot-pass`` stages);
 * ``aot-pass``: ``fn(gm, example_inputs, config) -> gm`` on AOT's functional graph (compiler);
-* ``route``: ``fn(ctx) -> ctx | runner``: what turns the passed graph into a runner, in order;
-  a stage returns the context the next one works on, or the runner, which ends the route
-  (debug runners, the collective transport, then the mode's backend: ``compile``);
-* ``backend``: ``fn(build) -> build``, a step inside the mode's backend: the backend starts a
-  build (its own dataclass) and the ``compile`` stage's runner runs these steps on it;
+* ``route``: ``fn(ctx) -> ctx | runner | build``: what turns the passed graph into a runner,
+  in order; a stage returns the context the next one works on, or what ends the route: a
+  runner (debug runners) or the backend's build (``compile``: the mode's backend starts it);
+* ``backend``: ``fn(build) -> build``, a step of the mode's backend on the build ``compile``
+  started; the route then has the backend finish it (``route.build_runner``);
 * ``runtime``: ``fn(runner, ctx) -> runner`` around the runner (the cross-rank check).
 
 Option support is *derived* from these declarations (:func:`effective_options`): an option takes
@@ -45,6 +45,20 @@ NPU: FrozenSet[str] = frozenset({"npu"})
 
 # Options every compile reads whatever else is set (which mode, which passes to call).
 ALWAYS_READ: FrozenSet[str] = frozenset({"mode"})
+
+# Where every observer reads a compiled graph, in every mode: ``GraphContext.gm`` as this stage,
+# the last AOT pass of every row, left it. ``record_graphs()``, the compile cache's recorder,
+# the cross-rank check and the route's dumps read it; nothing after it writes it (a backend
+# step that lowers rewrites its own copy: ``base.graph_context.own_copy``).
+OBSERVATION_POINT = "validate"
+
+# The levels whose stages shape the graph a compile-cache entry stores (the graph at the
+# observation point); each such stage's module names its sources (``GRAPH_SOURCES``), which
+# the cache's key hashes (``cache.keys.library_digest``). What Dynamo traces is shaped before
+# any stage by the remaps installed at import: TRACE_SOURCES.
+SHAPING_LEVELS: Tuple[str, ...] = ("dynamo-pass", "aot", "aot-pass")
+TRACE_SOURCES: Tuple[str, ...] = ("torchair_dist.collectives.remap",
+                                  "torchair_dist.collectives.collective_ops")
 
 
 def _is_set(value) -> bool:
@@ -214,9 +228,9 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "entry keep the original collectives; ACL: the runner's copy of the graph is "
           "rewritten, GE: the reference executor's Hcom kernels)",
           gate="distributed_config.cpu_shm_collectives", platforms=frozenset({"cpu"})),
-    Stage("compile", "torchair_dist.pipeline.route:backend_stage", "route",
-          "the mode's backend compiles the graph (its steps follow), or loads it from a "
-          "compile-cache entry"),
+    Stage("compile", "torchair_dist.pipeline.route:start_backend", "route",
+          "the mode's backend starts the graph's build (its steps follow, then it finishes "
+          "into a runner and a handle), or starts it from a stored handle (load)"),
     Stage("ge_convert", "torchair_dist.backends.ge:convert_step", "backend",
           "FX -> GE IR graph, validated against the operator registry; with enable_ref_data "
           "written-back inputs are RefData updated by Assign; with enable_view_optimize a "
@@ -294,7 +308,7 @@ _GE = (
 @dataclasses.dataclass(frozen=True)
 class ModeRow:
     mode: str
-    backend: str          # "module:attr" of its Backend object (compile(ctx), load(entry, ctx))
+    backend: str          # "module:attr" of its Backend object (start / load / finish)
     stages: Tuple[str, ...]
     cache_format: str     # what a compile-cache entry holds for this mode
     doc: str
@@ -322,6 +336,26 @@ def mode_row(mode: str) -> ModeRow:
 
 def stages_of(mode: str) -> List[Stage]:
     return [STAGES[name] for name in mode_row(mode).stages]
+
+
+def graph_sources(mode: str) -> Tuple[str, ...]:
+    """The modules whose code shaped a graph compiled in ``mode`` up to the observation point:
+    :data:`TRACE_SOURCES`, then each shaping stage's module's ``GRAPH_SOURCES``, in row order
+    (a module without one is refused: every such stage identifies its code)."""
+    import importlib
+
+    found = list(TRACE_SOURCES)
+    for stage in stages_of(mode):
+        if stage.level not in SHAPING_LEVELS:
+            continue
+        module = importlib.import_module(stage.fn.split(":")[0])
+        sources = getattr(module, "GRAPH_SOURCES", None)
+        if not sources or sources[0] != module.__name__:
+            raise RuntimeError(f"stage {stage.name!r}: its module {module.__name__} declares no "
+                               f"GRAPH_SOURCES (itself first), so the compile cache cannot key "
+                               f"the graphs it shapes")
+        found += [m for m in sources if m not in found]
+    return tuple(found)
 
 
 def current_platform() -> str:

@@ -19,7 +19,7 @@ from ... import platform as _platform
 from ...base.dumps import dump_fx_graph
 from ...platform import stand_ins
 from ...platform.interfaces import CaptureFactory, CollectiveTransport
-from ..context import GraphContext
+from ..context import Build, GraphContext
 from .capture import DeviceGraph
 from .codegen import generate_forward
 from .runner import AclGraphRunner
@@ -29,7 +29,7 @@ log = logging.getLogger("torchair_dist")
 
 
 @dataclasses.dataclass
-class AclBuild:
+class AclBuild(Build):
     """What the ACL backend's steps build, step by step.
 
     ``ctx``: the graph as the compiler passed it (what the cross-rank check, the cache and
@@ -40,7 +40,6 @@ class AclBuild:
     ``factory``: the capture graphs' factory; ``runner``: the capturing runner once built.
     """
 
-    ctx: GraphContext
     transport: CollectiveTransport
     run_ctx: Optional[GraphContext] = None
     make_forward: Optional[Callable[[GraphContext], Tuple[Callable, Optional[str]]]] = None
