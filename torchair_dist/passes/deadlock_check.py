@@ -22,6 +22,10 @@ import torch.fx
 from ..base.util import source_line
 from .overlap import COMM_NAMESPACES, WAIT, _namespace_and_name, node_kind
 
+# The code that decides what this module's stages make of a graph: the compile cache's key
+# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
+GRAPH_SOURCES = (__name__, "torchair_dist.collectives.spec", "torchair_dist.passes.overlap")
+
 Clock = Dict[str, int]
 _STREAM_OPS = "torchair_dist_streams."
 
