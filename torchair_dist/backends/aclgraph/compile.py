@@ -124,7 +124,8 @@ def device_allows_inductor(ctx: GraphContext) -> bool:
     """Inductor generates kernels for CPU and CUDA graphs; elsewhere the option is ignored
     with a warning naming the graph's device."""
     device = graph_device_type(ctx)
-    if device in ("cpu", "cuda"):
+    plat = _platform.for_device(device)
+    if plat.device_type == device and _platform.has(plat.name, "inductor_kernels"):
         return True
     warnings.warn(f"experimental_config.inductor_kernels is ignored on {device!r} "
                   f"(graph {ctx.graph_name}): the GE path fuses there", UserWarning,

@@ -105,11 +105,13 @@ def cann_aoe_step(build: GeBuild) -> GeBuild:
 
 
 def run_step(build: GeBuild) -> GeBuild:
-    """``ge_run``: load the serialized graph into a runtime; the boxed runner."""
+    """``ge_run``: load the serialized graph into a runtime; the boxed runner (the reference
+    executor's collectives overlap as ``overlap_collectives`` says)."""
     from .runtime import create_runtime
 
     ctx = build.ctx
-    runtime = create_runtime(device=input_device(ctx.example_inputs), config=ctx.config,
+    overlap = bool(ctx.config.get("distributed_config.overlap_collectives"))
+    runtime = create_runtime(device=input_device(ctx.example_inputs), overlap=overlap,
                              transport=ctx.transport, options=build.cann)
     converted = _converted(build)
     runtime.load(converted.model.SerializeToString())
