@@ -65,6 +65,11 @@ class CacheRejectedError(TorchairDistError, RuntimeError):
     """A compile-cache entry was refused (ownership, permissions, hash, version)."""
 
 
+class HandleMismatchError(CacheRejectedError):
+    """A backend was handed a handle that another backend (or another handle format of this
+    one) wrote; the compile cache recompiles."""
+
+
 class StreamApiError(TorchairDistError, ValueError):
     """A stream/event API was called with a bad tag or a duplicate tagged event."""
 

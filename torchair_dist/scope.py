@@ -21,6 +21,12 @@ from torch.fx.traceback import annotate
 from .errors import StreamApiError
 from .streams import api as _streams
 
+# The code that decides what this module's stages make of a graph: the compile cache's key
+# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
+GRAPH_SOURCES = (__name__,
+                 "torchair_dist.streams.api", "torchair_dist.streams.runtime",
+                 "torchair_dist.streams.stream_ops")
+
 log = logging.getLogger("torchair_dist")
 
 # TorchAir's attribute keys (what its scopes write on GE ops) -> the scope that sets them.

@@ -305,7 +305,7 @@ def _writer(root, worker, rounds):
     fn._key = "k" * 32
     for i in range(rounds):
         for sig in ("%032x" % 0, "%032x" % (1 + worker)):  # one shared, one private signature
-            fn.write_entry(sig, {"versions": cache_mod._versions(), "signature": sig, "model_key": fn._key,
+            fn.write_entry(sig, {"versions": fn.versions(), "signature": sig, "model_key": fn._key,
                                  "payload": [worker, i] * 200})
 
 

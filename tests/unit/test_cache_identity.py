@@ -6,6 +6,7 @@ modes with a user ``post_grad_custom_post_pass`` (as TorchAir users set it):
 same pass -> the second process loads; changed pass body -> compiled; the library's pass code
 changed (a copy of the package whose ``passes/common.py`` differs) -> compiled.
 """
+import dataclasses
 import functools
 import os
 import shutil
@@ -17,6 +18,7 @@ import pytest
 
 import torchair_dist
 from torchair_dist.cache import identity, keys
+from torchair_dist.pipeline import stages as pipeline
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(torchair_dist.__file__)))
@@ -117,9 +119,123 @@ def test_config_part_of_the_key_holds_no_address():
     assert not [p for p in parts if " at 0x" in p], parts
 
 
-@pytest.mark.parametrize("entry", keys.LIBRARY_SOURCES)
-def test_library_sources_exist(entry):
-    assert os.path.exists(os.path.join(os.path.dirname(torchair_dist.__file__), entry))
+# -- the library part of the key: derived from the stages that shaped the entry ------------
+_SHAPING_PACKAGES = tuple(f"torchair_dist.{p}" for p in (
+    "passes", "streams", "collectives", "pipeline", "scope", "backends"))
+
+
+def _module_file(name: str) -> str:
+    import importlib.util
+
+    return importlib.util.find_spec(name).origin
+
+
+def _imports(name: str):
+    """The torchair_dist modules ``name``'s source imports (top level or inside functions)."""
+    import ast
+    import importlib.util
+
+    path = _module_file(name)
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - (node.level - 1)] \
+                if node.level else []
+            full = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                sub = f"{full}.{alias.name}"
+                found.add(sub if importlib.util.find_spec(full) is not None and
+                          _is_module(sub) else full)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m for m in found if m.startswith("torchair_dist")}
+
+
+def _is_module(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _shaping_closure(name: str):
+    """``name`` and the graph-shaping modules it reaches through imports."""
+    seen, todo = set(), [name]
+    while todo:
+        m = todo.pop()
+        if m in seen or not (m == name or m.startswith(_SHAPING_PACKAGES)):
+            continue
+        seen.add(m)
+        todo += _imports(m)
+    return seen
+
+
+def _shaping_stages():
+    return [s for s in pipeline.STAGES.values() if s.level in pipeline.SHAPING_LEVELS]
+
+
+@pytest.mark.parametrize("stage", [s.name for s in _shaping_stages()])
+def test_every_shaping_stage_names_the_code_that_shapes_its_graphs(stage):
+    """Each stage that shapes a stored graph has a module declaring GRAPH_SOURCES: itself first,
+    then every graph-shaping module its code imports (directly or not). Removing a module's
+    declaration, or adding a stage whose module has none, fails here."""
+    import importlib
+
+    name = pipeline.STAGES[stage].fn.split(":")[0]
+    sources = getattr(importlib.import_module(name), "GRAPH_SOURCES", None)
+    assert sources and sources[0] == name, f"{name} declares no GRAPH_SOURCES (itself first)"
+    missing = _shaping_closure(name) - set(sources)
+    assert not missing, f"{name}.GRAPH_SOURCES lacks {sorted(missing)}"
+
+
+def test_an_unidentified_stage_is_refused(monkeypatch):
+    stage = pipeline.Stage("mystery", "torchair_dist.base.util:input_device", "aot-pass", "doc")
+    row = pipeline.MODE_TABLE["npugraph_ex"]
+    monkeypatch.setitem(pipeline.STAGES, "mystery", stage)
+    monkeypatch.setitem(pipeline.MODE_TABLE, "npugraph_ex",
+                        dataclasses.replace(row, stages=row.stages + ("mystery",)))
+    with pytest.raises(RuntimeError, match="declares no GRAPH_SOURCES"):
+        pipeline.graph_sources("npugraph_ex")
+
+
+@pytest.mark.parametrize("mode", sorted(pipeline.MODE_TABLE))
+def test_library_part_follows_the_row(mode):
+    sources = pipeline.graph_sources(mode)
+    assert "torchair_dist.streams.ordering" in sources  # stream_labels / stream_order
+    assert "torchair_dist.streams.scope_ops" in sources
+    assert "torchair_dist.collectives.remap" in sources
+    assert all(os.path.exists(_module_file(m)) for m in sources)
+    if mode == "max-autotune":
+        assert "torchair_dist.passes.topo_sort" in sources
+        assert "torchair_dist.passes.remove_cat" not in sources
+    else:
+        assert "torchair_dist.passes.remove_cat" in sources
+
+
+def test_changing_stream_ordering_misses_the_cache(monkeypatch):
+    """The stream-ordering stages' source is part of the key: a fixed event-insertion bug is a
+    miss, never a load of a graph the old code shaped."""
+    import pathlib
+
+    before = {mode: keys.library_digest(mode) for mode in pipeline.MODE_TABLE}
+    ordering = pathlib.Path(_module_file("torchair_dist.streams.ordering")).resolve()
+    real_read = pathlib.Path.read_bytes
+
+    def edited(path):
+        data = real_read(path)
+        return data + b"\n# fixed\n" if path.resolve() == ordering else data
+
+    monkeypatch.setattr(pathlib.Path, "read_bytes", edited)
+    keys.library_digest.cache_clear()
+    try:
+        after = {mode: keys.library_digest(mode) for mode in pipeline.MODE_TABLE}
+    finally:
+        monkeypatch.undo()
+        keys.library_digest.cache_clear()
+    assert all(before[m] != after[m] for m in before)
 
 
 # -- what a pass or a decomposition calls is part of what it is ------------------------------

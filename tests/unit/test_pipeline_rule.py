@@ -9,7 +9,6 @@
   really calls, recorded, are the rendered order filtered by the rule;
 * the second pass list (``COMMON_PASSES`` / ``run_common_passes``) is gone.
 """
-import dataclasses
 import inspect
 import os
 import re
@@ -81,7 +80,7 @@ def test_a_stage_off_its_platforms_does_not_run(monkeypatch):
         return gm
 
     stage = pipeline.Stage("planted", "tests_planted:planted", "aot-pass", "a planted pass",
-                           platforms=frozenset({"npu"}))
+                           needs="cann")
     monkeypatch.setitem(pipeline.STAGES, "planted", stage)
     monkeypatch.setitem(pipeline._resolved, stage.fn, planted)
     row = pipeline.MODE_TABLE["npugraph_ex"].stages
@@ -262,19 +261,47 @@ def test_mode_rows_are_data_not_slices():
 
 
 def test_backends_start_no_step_themselves():
-    """A backend's compile hands its build to the row's runner; outside the route (no runner)
-    it refuses, naming why."""
+    """A backend only starts and finishes a build: the route runs the row's steps between;
+    finishing a build no step worked on refuses, naming the missing step."""
     from torchair_dist.backends import aclgraph, ge
     from torchair_dist.base.graph_context import GraphContext
 
     gm = torch.fx.symbolic_trace(lambda t: t + 1)
     ctx = GraphContext(gm=gm, example_inputs=[torch.ones(2)], config=CompilerConfig(),
                        static_input_indices=[], mutated_input_indices=[], graph_name="g")
-    for backend in (aclgraph.BACKEND, ge.BACKEND):
-        with pytest.raises(RuntimeError, match="outside the pipeline's route"):
-            backend.compile(ctx)
-    empty_row = dataclasses.replace(ctx, run_steps=lambda build: build)  # a row without steps
     with pytest.raises(RuntimeError, match="made no forward"):
-        aclgraph.BACKEND.compile(empty_row)
+        aclgraph.BACKEND.finish(aclgraph.BACKEND.start(ctx))
     with pytest.raises(RuntimeError, match="made no runner"):
-        ge.BACKEND.compile(empty_row)
+        ge.BACKEND.finish(ge.BACKEND.start(ctx))
+
+
+def test_stage_bodies_read_no_other_stage_gate_and_no_platform_name():
+    """remove_cat_ops yields to inductor_kernels in the table, fx_summary's eager run is its own
+    stage, the GE reference executor is told whether to overlap: none of them reads another
+    stage's gate; no pass or backend compares a device name (platform/ answers)."""
+    import pathlib
+
+    import torchair_dist
+    from torchair_dist import platform
+
+    root = pathlib.Path(torchair_dist.__file__).parent
+    for rel, gate in (("passes/remove_cat.py", "experimental_config.inductor_kernels"),
+                      ("tools/fx_summary.py", "debug.data_dump.type"),
+                      ("platform/stand_ins.py", "distributed_config.overlap_collectives")):
+        assert f'get("{gate}")' not in (root / rel).read_text(), rel
+    names = re.compile(r"(==|!=|\bin)\s*\(?[\"'](npu|cuda|cpu)[\"']")
+    for sub in ("passes", "backends", "pipeline", "tools", "cache"):
+        for path in (root / sub).rglob("*.py"):
+            assert not names.search(path.read_text()), path
+    assert pipeline.STAGES["remove_cat_ops"].yields_to == "inductor_kernels"
+    assert all(s.needs is None or s.needs in platform.CAPABILITIES
+               for s in pipeline.STAGES.values())
+
+
+def test_mode_argument_gets_the_option_check_and_the_deprecation():
+    from torchair_dist.pipeline.entry import _npu_backend
+
+    gm = torch.fx.symbolic_trace(lambda t: (t + 1,))
+    with pytest.warns(DeprecationWarning, match="reduce-overhead"):
+        _npu_backend(gm, [torch.ones(2)], compiler_config=CompilerConfig(), decompositions={},
+                     mode="reduce-overhead")

@@ -2,8 +2,9 @@
 (``max-autotune``).
 
 Each package exposes ``BACKEND``, a :class:`~torchair_dist.base.graph_context.Backend`
-(``compile(ctx) -> runner``, ``load(entry, ctx) -> runner``) that the mode table names, and the
-step functions its mode rows list at the ``backend`` level (``build -> build``): ``compile``
-starts a build and the pipeline's runner runs the row's steps on it (``ctx.run_steps``).
+(``start(ctx) -> build``, ``load(handle, ctx) -> build``, ``finish(build) -> Compiled(runner,
+handle)``) that the mode table names, and the step functions its mode rows list at the
+``backend`` level (``build -> build``). The pipeline's route calls them in that order, once;
+a backend never calls a step or the pipeline itself.
 A backend never imports another backend; the route's ``compile`` stage picks one per mode.
 """

@@ -1,24 +1,32 @@
-"""What the compiler hands a backend: one AOT forward graph and everything known about it.
+"""What the compiler hands a backend: one AOT forward graph and everything known about it, and
+the small interface every backend implements (:class:`Backend`: start a build from a graph or
+from a handle, finish it into a runner and a handle).
 
 A ground-floor module (it imports nothing of torchair_dist but ``util``): the collectives'
 cross-rank check and the cache read ``GraphContext`` too.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Callable, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
+from ..errors import HandleMismatchError
 from .util import current_rank_and_world  # noqa: F401 - re-exported
 
 
 @dataclasses.dataclass
 class GraphContext:
-    """What every backend's ``compile``/``load`` gets: one graph and what is known about it.
+    """What every backend gets: one graph and what is known about it. Data only.
 
     Attributes:
-        gm: the AOT (functionalized, aten-level) forward graph after the common passes.
+        gm: the AOT (functionalized, aten-level) forward graph after the AOT-pass stages: the
+            graph at the pipeline's observation point (``pipeline.stages.OBSERVATION_POINT``).
+            Every observer (``record_graphs``, the compile cache, the cross-rank check, dumps)
+            reads it and no backend changes it: a backend that rewrites a graph rewrites its
+            own copy (:func:`own_copy`).
         example_inputs: fake or real example inputs, one per placeholder, in order.
         config: the ``CompilerConfig`` of this compile (a private copy: backends may read it,
             never write it).
@@ -28,14 +36,13 @@ class GraphContext:
             (``graph_<n>``), used in dumps.
         rank / world_size: of the default process group, 0 / 1 without one.
         is_inference: True for an inference (no-grad) graph, False for a training forward.
-        original_gm: the graph before the AOT passes (kept only for
-            ``dump_config.data_dump_stage="original"``).
-        cache_entry: the compile-cache entry the graph was rebuilt from (None: a fresh compile;
-            the route's last stage then loads instead of compiling).
+        original_gm: the graph before the AOT passes (kept only when the ``keep_original``
+            stage ran: ``dump_config.data_dump_stage="original"``).
+        handle: the backend handle the graph was stored with (a compile-cache entry's); None
+            for a fresh compile. The route's ``compile`` stage then loads instead of compiling.
         transport: how the runner's collectives travel (a
-            ``platform.interfaces.CollectiveTransport``; None: the graph's own collectives).
-        run_steps: the route's runner of the mode row's ``backend`` stages
-            (``build -> build``; set by the ``compile`` stage, None elsewhere).
+            ``platform.interfaces.CollectiveTransport``; None: the graph's own collectives),
+            chosen by the route's ``shm_collectives`` stage.
     """
 
     gm: torch.fx.GraphModule
@@ -48,9 +55,8 @@ class GraphContext:
     world_size: int = 1
     is_inference: bool = True
     original_gm: Any = None
-    cache_entry: Any = None
+    handle: Optional[Dict[str, Any]] = None
     transport: Any = None
-    run_steps: Any = None
 
 
 # A runner takes the flat list of graph inputs ("boxed": the list may be cleared by the
@@ -71,33 +77,81 @@ def eager_runner(gm: torch.fx.GraphModule) -> Runner:
     return boxed(run)
 
 
+def own_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` a backend may rewrite (lower, decompose, hand to inductor) without the
+    observers of ``GraphContext.gm`` seeing it: new nodes (same names, meta dicts copied
+    shallowly), the same attribute values (constants are shared, never written)."""
+    graph = torch.fx.Graph()
+    env: Dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in gm.graph.nodes:
+        env[node] = graph.node_copy(node, lambda a: env[a])
+        env[node].name = node.name
+    copied = torch.fx.GraphModule(gm, graph, gm.__class__.__name__)
+    copied.meta = dict(getattr(gm, "meta", {}))
+    return copied
+
+
+@dataclasses.dataclass
+class Build:
+    """What a backend's steps work on, one graph's build: a backend subclasses it with the
+    fields its steps fill in. ``ctx``: the graph as the compiler passed it (read only)."""
+
+    ctx: GraphContext
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+    """One compiled graph: ``runner`` (boxed) and ``handle``, JSON data that the same backend's
+    :meth:`Backend.load` takes back, with the graph, to make the runner again in another
+    process (None: the runner is a debug runner, nothing to load)."""
+
+    runner: Runner
+    handle: Optional[Dict[str, Any]]
+
+
 class Backend:
     """A mode's graph compiler, one instance per backend (``pipeline.MODE_TABLE`` names it).
 
-    ``compile(ctx)``: the runner of a freshly traced and passed graph: the backend starts a
-    build and hands it to :meth:`run_steps`, which runs the mode row's ``backend`` stages (the
-    pipeline's one rule: row order, gate, platforms); the backend never calls a step itself.
-    ``load(entry, ctx)``: the runner of a graph the compile cache rebuilt from ``entry`` (the
-    stored entry data; ``ctx.gm`` is the rebuilt, shape-propagated graph). By default a loaded
-    graph is compiled like a fresh one; a backend whose entries hold more than the graph
-    overrides it. Neither applies the cross-rank check: the compiler wraps both paths' runners
-    in one place (``compiler.build_runner``).
+    The pipeline's route calls it, top to bottom, once per graph (vLLM's
+    ``CompilerInterface`` shape: compile a graph into a runnable and a handle; load a handle)::
+
+        build = backend.start(ctx)             # a fresh compile  | backend.load(handle, ctx)
+        build = <the mode row's backend steps>(build)   # the stage table runs them
+        compiled = backend.finish(build)       # Compiled(runner, handle)
+
+    ``start(ctx)``: the :class:`Build` of a freshly traced and passed graph. ``load(handle,
+    ctx)``: the build of a graph rebuilt from storage (``ctx.gm``: the rebuilt,
+    shape-propagated graph) with the ``handle`` a ``finish`` wrote; by default the handle is
+    checked (same backend, same :attr:`handle_format`) and the graph is built like a fresh
+    one. ``finish(build)``: the runner and the handle. A backend never calls a step, never
+    calls the pipeline back, and never writes ``ctx.gm``. The cross-rank check wraps the
+    runner in the route (``route.build_runner``), for both paths alike.
     """
 
     name = "backend"
+    #: what a handle of this backend stands for (the graph data is stored beside it)
+    handle_format = "fx-graph"
 
-    def compile(self, ctx: GraphContext) -> Runner:
+    def start(self, ctx: GraphContext) -> Build:
         raise NotImplementedError(f"backend {self.name!r} does not compile graphs")
 
-    def load(self, entry: Any, ctx: GraphContext) -> Runner:
-        return self.compile(ctx)
+    def load(self, handle: Dict[str, Any], ctx: GraphContext) -> Build:
+        if handle.get("backend") != self.name or handle.get("format") != self.handle_format:
+            raise HandleMismatchError(
+                f"backend {self.name!r} ({self.handle_format}) cannot load a handle of "
+                f"{handle.get('backend')!r} ({handle.get('format')})")
+        return self.start(ctx)
 
-    def run_steps(self, ctx: GraphContext, build: Any) -> Any:
-        """``build`` after the mode row's backend steps (``ctx.run_steps``, the route's)."""
-        if ctx.run_steps is None:
-            raise RuntimeError(f"backend {self.name!r}: compile(ctx) outside the pipeline's "
-                               f"route (ctx.run_steps is not set; the compile stage sets it)")
-        return ctx.run_steps(build)
+    def finish(self, build: Build) -> Compiled:
+        raise NotImplementedError(f"backend {self.name!r} does not compile graphs")
+
+    def steps_context(self):
+        """The context the route runs this backend's steps in (default: none)."""
+        return contextlib.nullcontext()
+
+    def handle(self, build: Build) -> Dict[str, Any]:
+        """The JSON handle of ``build`` (what :meth:`load` checks)."""
+        return {"backend": self.name, "format": self.handle_format}
 
     def __repr__(self) -> str:
         return f"<torchair_dist backend {self.name}>"

@@ -129,9 +129,9 @@ class CacheCompiledFunction:
         data = read_indexed(directory, sig)
         if data is None:
             return None
-        if data.get("versions") != _versions():
+        if data.get("versions") != self.versions():
             raise CacheRejectedError(f"stale entry: written by {data.get('versions')}, this "
-                                     f"process is {_versions()}")
+                                     f"process is {self.versions()}")
         if data.get("signature") != sig:
             raise CacheRejectedError("entry signature does not match its index record")
         if data.get("model_key") != self._key:
@@ -173,15 +173,20 @@ class CacheCompiledFunction:
             raise NotCacheableError("not an inference graph")
         if record.first_args is None:
             raise NotCacheableError("the compiled graph did not run")
-        return {"versions": _versions(), "signature": sig, "model_key": self._key,
-                "graph": g["graph"],
+        return {"versions": self.versions(), "signature": sig, "model_key": self._key,
+                "graph": g["graph"], "handle": g["handle"],
                 "static": g["static"], "created": time.time(),
                 "inputs": _map_inputs(record, self.module, args, kwargs, g["used"],
                                       self.method),
                 "outputs": _map_outputs(record, result, args, kwargs)}
 
     def write_entry(self, sig: str, data: Dict) -> None:
-        write_indexed(self.cache_root, self._parts(), sig, data, _versions())
+        write_indexed(self.cache_root, self._parts(), sig, data, self.versions())
+
+    def versions(self) -> Dict:
+        """What an entry of this function must have been written by (the library part: the
+        code that shaped this mode's graphs)."""
+        return _versions(self.config.peek("mode"))
 
 
 def _no_grad_call(fn, args, kwargs):

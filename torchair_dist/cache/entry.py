@@ -1,7 +1,7 @@
 """Warm path: a graph rebuilt from a verified entry, checked against the module and the call,
-shape-propagated and handed to the mode's backend (``Backend.load``, through
-``compiler.build_runner``, which adds the cross-rank check as for a fresh compile); Dynamo, AOT
-autograd, decompositions and the graph passes are skipped."""
+shape-propagated and handed, with the backend handle stored beside it, to the mode's backend
+(``Backend.load``, through ``route.build_runner``, which adds the cross-rank check as for a
+fresh compile); Dynamo, AOT autograd, decompositions and the graph passes are skipped."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
@@ -39,9 +39,14 @@ class LoadedEntry:
         fake = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in flat]
         with torch.no_grad():
             FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake)
+        handle = data.get("handle")
+        if handle is not None and not (isinstance(handle, dict) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in handle.items())):
+            raise CacheRejectedError("entry's backend handle is not a {str: str} record")
         ctx = make_context(gm, fake, config, data["static"],
-                           f"cached_{data['signature'][:8]}", is_inference=True)
-        self.runner = build_runner(ctx, entry=data)  # the mode backend's load, then the check
+                           f"cached_{data['signature'][:8]}", is_inference=True,
+                           handle=handle)
+        self.runner = build_runner(ctx).runner  # the mode backend's load, then the check
         self.boxed = getattr(self.runner, "_boxed_call", False)
         self.fast = _fast_call(self, args, kwargs)  # None: the general __call__ answers
 

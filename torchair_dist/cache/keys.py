@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib.util
 import inspect
 import json
 import pathlib
@@ -21,38 +22,37 @@ from .identity import code_objects, callable_identity, option_fingerprint, value
 from .store import FORMAT_VERSION
 
 
-def _versions() -> Dict[str, Any]:
+def _versions(mode: str) -> Dict[str, Any]:
     from .. import _version
 
     return {"format": FORMAT_VERSION, "torch": torch.__version__,
-            "torchair_dist": _version.__version__, "library": library_digest(),
+            "torchair_dist": _version.__version__, "library": library_digest(mode),
             "python": "%d.%d" % sys.version_info[:2]}
 
 
-# The code that shapes a stored graph (paths under the package; a folder: every .py in it):
-# the passes and the pipeline that runs them, the dynamo-level rewrites, the decompositions,
-# the GE converters and lowering. An entry written by other code of these is never loaded.
-LIBRARY_SOURCES = ("passes", "pipeline", "streams/rewrite.py", "collectives/decompositions.py",
-                   "collectives/p2p.py", "backends/ge/converters", "backends/ge/lowering.py",
-                   "backends/ge/fx2ge.py")
+@functools.lru_cache(maxsize=None)
+def library_digest(mode: str) -> str:
+    """sha256 of the source of every module that shaped a graph stored for ``mode``
+    (``pipeline.stages.graph_sources``: the stages of the mode's row up to the observation
+    point, each naming its own modules) — derived from the table, computed once per process
+    and mode: a changed pass with the same ``__version__`` never loads a graph an older one
+    shaped. The backend's steps are not in it: they run again on load."""
+    from ..pipeline.stages import graph_sources
 
-
-@functools.lru_cache(maxsize=1)
-def library_digest() -> str:
-    """sha256 of the source of :data:`LIBRARY_SOURCES` (computed once per process, on first
-    use): the library's identity in the key, so a changed pass or converter with the same
-    ``__version__`` never loads a graph an older one shaped."""
-    root = pathlib.Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for entry in LIBRARY_SOURCES:
-        path = root / entry
-        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
-        for f in files:
-            h.update(str(f.relative_to(root)).encode())
-            h.update(b"\0")
-            h.update(f.read_bytes())
-            h.update(b"\0")
+    for name in graph_sources(mode):
+        h.update(name.encode())
+        h.update(b"\0")
+        h.update(_module_file(name).read_bytes())
+        h.update(b"\0")
     return h.hexdigest()
+
+
+def _module_file(name: str) -> pathlib.Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.origin:
+        raise RuntimeError(f"{name}: no source file to key the compile cache on")
+    return pathlib.Path(spec.origin)
 
 
 def config_parts(config) -> List[str]:
@@ -210,7 +210,7 @@ def model_key(module: torch.nn.Module, func_name: str, config, decompositions: D
     address), the decompositions, and the library's own graph-shaping code
     (:func:`library_digest`)."""
     h = hashlib.md5()
-    parts = [json.dumps(_versions(), sort_keys=True), func_name, str(module)]
+    parts = [json.dumps(_versions(config.peek("mode")), sort_keys=True), func_name, str(module)]
     parts += baked_values(module, func_name)
     parts += sorted({_code_identity(type(m)) for m in module.modules()})
     for name, t in _state_tensors(module):

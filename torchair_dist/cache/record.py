@@ -43,6 +43,7 @@ class RecordingCompiler(NpuFxCompiler):
         tc = torch._guards.TracingContext.try_get()
         meta = getattr(tc, "fw_metadata", None)
         entry = {"is_inference": is_inference, "static": list(ctx.static_input_indices),
+                 "handle": self.handles[-1],
                  "used": [bool(n.users) for n in ctx.gm.graph.nodes if n.op == "placeholder"]}
         try:
             entry["graph"] = graph_to_data(ctx.gm)

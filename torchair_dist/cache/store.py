@@ -14,8 +14,8 @@ from typing import Dict, List, Optional
 
 from ..errors import CacheRejectedError
 
-FORMAT_VERSION = 3  # 2: process groups stored by ranks (cache/groups.py); 3: entries record
-# the model key they were saved under
+FORMAT_VERSION = 4  # 2: process groups stored by ranks (cache/groups.py); 3: entries record
+# the model key they were saved under; 4: entries carry the backend's handle
 CACHE_HOME_ENV = "TORCHAIR_CACHE_HOME"
 INDEX = "index.json"
 _ENTRY_FILE_RE = re.compile(r"entry-[0-9a-f]{32}\.json")

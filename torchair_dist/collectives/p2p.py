@@ -31,6 +31,10 @@ from ..errors import CollectiveCaptureError
 from ..base.util import current_rank_and_world, op_name
 from . import spec
 
+# The code that decides what this module's stages make of a graph: the compile cache's key
+# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
+GRAPH_SOURCES = (__name__, "torchair_dist.collectives.spec")
+
 log = logging.getLogger("torchair_dist")
 
 TAG_STRIDE = 1 << 12  # sequence numbers per (channel, user tag); user tags must stay below 2**19

@@ -18,8 +18,8 @@ overload with the same arguments, used only by this cat (once), of the cat's dty
 on the cat's stream (a buffer written on one stream and read or freed on another would need
 stream bookkeeping); all sizes are static; matrix products write only into contiguous slices
 (a strided ``out=`` would make the kernel compute elsewhere and copy, or pick another BLAS
-path). Any other cat is left as it is, and so is the whole graph when
-``experimental_config.inductor_kernels`` generates its kernels.
+path). Any other cat is left as it is. Where ``experimental_config.inductor_kernels`` generates
+the kernels the stage does not run (the stage table: ``yields_to="inductor_kernels"``).
 """
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ from typing import Dict, List, Optional
 
 import torch
 import torch.fx
+
+# The code that decides what this module's stages make of a graph: the compile cache's key
+# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
+GRAPH_SOURCES = (__name__,)
 
 log = logging.getLogger("torchair_dist")
 aten = torch.ops.aten
@@ -156,23 +160,12 @@ def _rewrite(gm: torch.fx.GraphModule, cat: torch.fx.Node, order) -> None:
     graph.erase_node(cat)
 
 
-def _inductor_compiles(config, device: torch.device) -> bool:
-    """experimental_config.inductor_kernels takes this graph (it has no out= lowering for
-    extern kernels such as mm; read only where that option takes effect)."""
-    return device.type in ("cpu", "cuda") and bool(
-        config.get("experimental_config.inductor_kernels"))
-
-
 def remove_cat_ops(gm: torch.fx.GraphModule, example_inputs, config):
     """Let the producers of a cat write into its output (see the module doc)."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     streams = stream_of_nodes(gm)
     cats = [n for n in gm.graph.nodes if n.op == "call_function"
             and n.target is aten.cat.default and _rewritable(n, streams)]
-    if cats and _inductor_compiles(config, cats[0].meta["val"].device):
-        log.debug("remove_cat_ops: skipped, inductor generates this graph's kernels (its cat "
-                  "lowering writes the inputs in place itself)")
-        return gm
     for cat in cats:
         _rewrite(gm, cat, order)
     if cats:

@@ -91,8 +91,9 @@ def _npu_backend(gm: torch.fx.GraphModule, example_inputs, *, compiler_config: C
     config = _apply_torch_compile_mode(config, kwargs.get("mode"))
     if config is compiler_config:
         config = config.copy()
-    elif kwargs.get("options"):
-        # options= and mode= changed the config: its options get the same honesty check.
+    elif kwargs.get("options") or kwargs.get("mode") is not None:
+        # options= or mode= changed the config: it gets the same honesty check and
+        # reduce-overhead's deprecation warning as a CompilerConfig does.
         pipeline.check_config_support(config, stacklevel=2)
     gm = pipeline.run_stages(config, "dynamo-pass", gm, config)
     compiler = compiler_factory(config)

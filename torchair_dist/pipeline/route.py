@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import importlib
 import itertools
 import logging
@@ -16,7 +15,8 @@ import torch
 from . import stages as pipeline
 from ..configs import CompilerConfig
 from ..base.dumps import dumps_original_graph
-from ..base.graph_context import Backend, GraphContext, current_rank_and_world, eager_runner
+from ..base.graph_context import (Backend, Build, Compiled, GraphContext,
+                                  current_rank_and_world, eager_runner)
 from ..base.util import calling_rank, on_dynamo_reset, ranks_are_threads
 from ..collectives import failures
 from ..errors import BackendUnavailableError, WrongRankError
@@ -67,6 +67,15 @@ def record_graphs(after: Optional[str] = None):
         _observers.remove(entry)
 
 
+def _observe(ctx: GraphContext) -> None:
+    """The observation point (``pipeline.OBSERVATION_POINT``): the graph after the AOT-pass
+    stages, before any backend; what ``record_graphs()``, the compile cache's recorder and the
+    cross-rank check read, in every mode (no backend writes ``ctx.gm``)."""
+    for after, seen in _observers:
+        if after is None:
+            seen.append(ctx)
+
+
 def _observe_stage(name: str, gm: torch.fx.GraphModule) -> None:
     for after, seen in _observers:
         if after == name:
@@ -86,17 +95,35 @@ def backend_for_mode(mode: str) -> Backend:
     return backend
 
 
-def build_runner(ctx: GraphContext, entry: Optional[Dict] = None,
-                 original: Optional[torch.fx.GraphModule] = None):
-    """The runner of ``ctx``'s graph: the mode's ``route`` stages in the table's order, then its
-    ``runtime`` stages around the runner (the cross-rank check). ``entry`` None: a fresh compile;
-    else the compile cache's entry the graph was rebuilt from (the route ends in
-    ``backend.load``). ``original``: the graph before the passes, kept only for
-    ``dump_config.data_dump_stage="original"``."""
-    ctx = dataclasses.replace(ctx, original_gm=original, cache_entry=entry)
-    runner = run_route(ctx)
-    runner = pipeline.run_stages(ctx.config, "runtime", runner, ctx)
-    return _one_rank_only(runner, ctx) if ranks_are_threads() else runner
+def build_runner(ctx: GraphContext) -> Compiled:
+    """The route of ``ctx``'s graph to its runner, top to bottom, once (every stage is the
+    mode row's, run by ``pipeline.run_stages`` when its gate and platform let it):
+
+    1. the ``route`` stages: debug runners that replace the backend (a summary's eager run, a
+       data dump, ``run_eagerly``), the collective transport, then ``compile``, which has the
+       mode's backend start a build: from the graph (a fresh compile), or from ``ctx.handle``
+       (a graph the compile cache rebuilt: ``backend.load``);
+    2. the ``backend`` stages, the backend's steps, on that build;
+    3. ``backend.finish``: the runner and the handle a later ``load`` takes;
+    4. the ``runtime`` stages around the runner (the cross-rank check), for both paths alike.
+    """
+    config = ctx.config
+    made = pipeline.run_stages(config, "route", ctx,
+                               stop=lambda v: not isinstance(v, GraphContext))
+    if isinstance(made, GraphContext):
+        raise BackendUnavailableError(f"mode {config.get('mode')!r}: its route ends without "
+                                      f"a runner (pipeline.MODE_TABLE lacks a compile stage)")
+    if isinstance(made, Build):
+        backend = backend_for_mode(config.get("mode"))
+        with backend.steps_context():
+            made = pipeline.run_stages(config, "backend", made)
+        compiled = backend.finish(made)
+    else:  # a debug stage's runner: nothing a later process could load
+        compiled = Compiled(made, None)
+    runner = pipeline.run_stages(config, "runtime", compiled.runner, ctx)
+    if ranks_are_threads():
+        runner = _one_rank_only(runner, ctx)
+    return Compiled(runner, compiled.handle)
 
 
 def _one_rank_only(runner, ctx: GraphContext):
@@ -136,45 +163,34 @@ def _one_rank_only(runner, ctx: GraphContext):
     return run
 
 
-def run_route(ctx: GraphContext):
-    """The ``route`` stages that run for this config and platform, in order: each returns the
-    context the next one works on, or the runner (which ends the route)."""
-    out = pipeline.run_stages(ctx.config, "route", ctx,
-                              stop=lambda v: not isinstance(v, GraphContext))
-    if isinstance(out, GraphContext):
-        raise BackendUnavailableError(f"mode {ctx.config.get('mode')!r}: its route ends without "
-                                      f"a runner (pipeline.MODE_TABLE lacks a compile stage)")
-    return out
-
-
 def eager_stage(ctx: GraphContext):
     """The ``run_eagerly`` stage: the FX graph runs as it is, instead of the backend."""
     return eager_runner(ctx.gm)
 
 
-def backend_stage(ctx: GraphContext):
-    """The ``compile`` stage: the mode's backend compiles the graph, or loads it from the
-    compile cache's entry (``ctx.cache_entry``); its steps are the row's ``backend`` stages,
-    run by the pipeline's runner (``ctx.run_steps``)."""
+def start_backend(ctx: GraphContext) -> Build:
+    """The ``compile`` stage: the mode's backend starts the build of ``ctx``'s graph (its steps,
+    the row's ``backend`` stages, follow in :func:`build_runner`): a fresh one, or from the
+    handle the graph was stored with."""
     backend = backend_for_mode(ctx.config.get("mode"))
-    config = ctx.config
-    ctx = dataclasses.replace(ctx, run_steps=lambda build: pipeline.run_stages(
-        config, "backend", build))
-    if ctx.cache_entry is not None:
-        return backend.load(ctx.cache_entry, ctx)
-    return backend.compile(ctx)
+    if ctx.handle is not None:
+        return backend.load(ctx.handle, ctx)
+    return backend.start(ctx)
 
 
 def make_context(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig,
                  static_input_indices: List[int], graph_name: str,
-                 is_inference: bool = True) -> GraphContext:
-    """The GraphContext of a graph about to be compiled, on this process's rank."""
+                 is_inference: bool = True, handle: Optional[Dict[str, Any]] = None,
+                 original: Optional[torch.fx.GraphModule] = None) -> GraphContext:
+    """The GraphContext of a graph about to be compiled, on this process's rank (``handle``:
+    the backend handle it was stored with; ``original``: the graph before the passes, kept
+    by the ``keep_original`` stage)."""
     rank, world = current_rank_and_world()
     return GraphContext(gm=gm, example_inputs=list(example_inputs), config=config,
                         static_input_indices=list(static_input_indices),
                         mutated_input_indices=mutated_input_indices(gm),
                         graph_name=graph_name, rank=rank, world_size=world,
-                        is_inference=is_inference)
+                        is_inference=is_inference, original_gm=original, handle=handle)
 
 
 def run_aot_passes(gm: torch.fx.GraphModule, example_inputs, cfg: CompilerConfig):
@@ -220,6 +236,7 @@ class NpuFxCompiler:
     def __init__(self, config: CompilerConfig):
         self.config = config
         self.compiled: List[GraphContext] = []  # every graph this compiler saw (debug/tests)
+        self.handles: List[Optional[Dict[str, Any]]] = []  # the backend's handle of each
         # per input of Dynamo's graph: eager's version bumps per call (pipeline.aot)
         self.version_bumps: Optional[Dict[int, int]] = None
 
@@ -230,12 +247,12 @@ class NpuFxCompiler:
         original = copy.deepcopy(gm) if dumps_original_graph(cfg) else None
         gm = run_aot_passes(gm, example_inputs, cfg)
         ctx = make_context(gm, example_inputs, cfg, static, f"graph_{next(_graph_ids)}",
-                           is_inference)
+                           is_inference, original=original)
         self.compiled.append(ctx)
-        for after, seen in _observers:
-            if after is None:
-                seen.append(ctx)
-        runner = build_runner(ctx, original=original)
+        _observe(ctx)
+        compiled = build_runner(ctx)
+        self.handles.append(compiled.handle)
+        runner = compiled.runner
         if is_backward:
             return runner
         return keep_input_versions(

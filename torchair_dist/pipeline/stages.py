@@ -14,11 +14,11 @@ no stage re-checks its own gate. One calling convention per level:
 * ``aot``: ``fn(gm, example_inputs, compiler, decompositions)``, the AOT autograd wrapper itself
   (the backend entry; the compiler it is handed runs the ``aot-pass`` stages);
 * ``aot-pass``: ``fn(gm, example_inputs, config) -> gm`` on AOT's functional graph (compiler);
-* ``route``: ``fn(ctx) -> ctx | runner``: what turns the passed graph into a runner, in order;
-  a stage returns the context the next one works on, or the runner, which ends the route
-  (debug runners, the collective transport, then the mode's backend: ``compile``);
-* ``backend``: ``fn(build) -> build``, a step inside the mode's backend: the backend starts a
-  build (its own dataclass) and the ``compile`` stage's runner runs these steps on it;
+* ``route``: ``fn(ctx) -> ctx | runner | build``: what turns the passed graph into a runner,
+  in order; a stage returns the context the next one works on, or what ends the route: a
+  runner (debug runners) or the backend's build (``compile``: the mode's backend starts it);
+* ``backend``: ``fn(build) -> build``, a step of the mode's backend on the build ``compile``
+  started; the route then has the backend finish it (``route.build_runner``);
 * ``runtime``: ``fn(runner, ctx) -> runner`` around the runner (the cross-rank check).
 
 Option support is *derived* from these declarations (:func:`effective_options`): an option takes
@@ -40,11 +40,23 @@ from ..errors import UnsupportedModeError
 from ..passes.topo_sort import REORDERING as _REORDERING
 
 ALL_PLATFORMS: FrozenSet[str] = frozenset({"npu", "cuda", "cpu"})
-DEVICES: FrozenSet[str] = frozenset({"npu", "cuda"})
-NPU: FrozenSet[str] = frozenset({"npu"})
 
 # Options every compile reads whatever else is set (which mode, which passes to call).
 ALWAYS_READ: FrozenSet[str] = frozenset({"mode"})
+
+# Where every observer reads a compiled graph, in every mode: ``GraphContext.gm`` as this stage,
+# the last AOT pass of every row, left it. ``record_graphs()``, the compile cache's recorder,
+# the cross-rank check and the route's dumps read it; nothing after it writes it (a backend
+# step that lowers rewrites its own copy: ``base.graph_context.own_copy``).
+OBSERVATION_POINT = "validate"
+
+# The levels whose stages shape the graph a compile-cache entry stores (the graph at the
+# observation point); each such stage's module names its sources (``GRAPH_SOURCES``), which
+# the cache's key hashes (``cache.keys.library_digest``). What Dynamo traces is shaped before
+# any stage by the remaps installed at import: TRACE_SOURCES.
+SHAPING_LEVELS: Tuple[str, ...] = ("dynamo-pass", "aot", "aot-pass")
+TRACE_SOURCES: Tuple[str, ...] = ("torchair_dist.collectives.remap",
+                                  "torchair_dist.collectives.collective_ops")
 
 
 def _is_set(value) -> bool:
@@ -62,8 +74,11 @@ class Stage:
     ``gate``/``runs_when``: the option that switches the stage on or off and the predicate on its
     value that says the stage runs (``None``: the stage always runs). ``reads``: the options the
     stage uses when it runs (the gate is read whenever the stage is part of the mode and on
-    its platform). ``platforms``: where the stage runs and those reads take effect (a callable
-    for a run-time decision).
+    its platform). ``needs``: the platform capability the stage needs (``platform.CAPABILITIES``;
+    None: every platform); where it runs and its reads take effect. ``requires``: another
+    stage that must run for this one to (its gate is read first); ``yields_to``: another stage
+    that, where it runs, replaces this one. The runner alone reads gates and capabilities:
+    a stage body reads neither.
     """
 
     name: str
@@ -73,15 +88,23 @@ class Stage:
     gate: Optional[str] = None
     runs_when: Callable[[object], bool] = bool
     reads: Tuple[str, ...] = ()
-    platforms: object = ALL_PLATFORMS         # frozenset or callable() -> frozenset
+    needs: Optional[str] = None
     dumped: bool = False
+    requires: Optional[str] = None
+    yields_to: Optional[str] = None
 
     def platform_set(self) -> FrozenSet[str]:
-        return self.platforms() if callable(self.platforms) else self.platforms
+        if self.needs is None:
+            return ALL_PLATFORMS
+        from ..platform import stand_ins
+
+        return stand_ins.platforms_with(self.needs)
 
     def runs(self, config: CompilerConfig, tracked: bool = False) -> bool:
         """Whether the gate lets the stage run; ``tracked``: read the gate as the code's own
         read (when the stage really runs), not as bookkeeping."""
+        if self.requires is not None and not STAGES[self.requires].runs(config, tracked):
+            return False
         if self.gate is None:
             return True
         value = config.get(self.gate) if tracked else config.peek(self.gate)
@@ -95,16 +118,6 @@ def _check_stream_order(value) -> bool:
     from ..streams.happens_before import check_enabled
 
     return check_enabled(value)
-
-
-def _capture_platforms() -> FrozenSet[str]:
-    """Device graphs capture on NPU and CUDA; on CPU the recording stand-in captures (the
-    default) unless ``TORCHAIR_DIST_CPU_CAPTURE=off``."""
-    from ..platform import stand_ins
-
-    if stand_ins.capture_mode() == "off":
-        return DEVICES
-    return ALL_PLATFORMS
 
 
 _CAPTURE_READS = ("debug.aclgraph.clone_input", "debug.aclgraph.enable_output_clone",
@@ -146,7 +159,7 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           gate="experimental_config.pattern_fusion_pass"),
     Stage("pattern_fusion", "torchair_dist.passes.pattern_fusion:pattern_fusion", "aot-pass",
           "residual add + RMSNorm (LlamaRMSNorm's AOT ops) -> torch_npu.npu_add_rms_norm",
-          gate="experimental_config.pattern_fusion_pass", platforms=NPU),
+          gate="experimental_config.pattern_fusion_pass", needs="vendor_kernels"),
     Stage("view_to_reshape", "torchair_dist.passes.common:view_to_reshape", "aot-pass",
           "aten.view becomes aten.reshape"),
     Stage("collapse_view_chains", "torchair_dist.passes.common:collapse_view_chains", "aot-pass",
@@ -172,8 +185,9 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           gate="debug.aclgraph.disable_reinplace_input_mutated_ops_pass", runs_when=_is_unset),
     Stage("remove_cat_ops", "torchair_dist.passes.remove_cat:remove_cat_ops", "aot-pass",
           "cat(mm(..), add(..)) -> each producer writes its slice of one buffer through its "
-          "out= overload (no concatenation copy); runs last among the rewriting passes",
-          gate="debug.aclgraph.remove_cat_ops"),
+          "out= overload (no concatenation copy); runs last among the rewriting passes; not "
+          "where inductor generates the kernels (its cat lowering writes in place itself)",
+          gate="debug.aclgraph.remove_cat_ops", yields_to="inductor_kernels"),
     Stage("constant_folding", "torchair_dist.passes.ge_graph_opts:fold_constants", "aot-pass",
           "compute constant subgraphs once at compile time (GE Const)",
           gate="ge_config.oo_constant_folding", runs_when=lambda v: v is True),
@@ -199,15 +213,18 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("validate", "torchair_dist.passes.validate:validate_pass", "aot-pass",
           "the graph holds only ops the backends accept"),
     Stage("fx_summary", "torchair_dist.tools.fx_summary:summary_stage", "route",
-          "write a csv of the graph's ops and their GE support; with skip_compile, run eagerly",
-          gate="debug.fx_summary.type", runs_when=_is_set,
-          reads=("debug.fx_summary.skip_compile",)),
+          "write a csv of the graph's ops and their GE support",
+          gate="debug.fx_summary.type", runs_when=_is_set),
     Stage("data_dump", "torchair_dist.base.dumps:data_dump_stage", "route",
           "instead of the backend: run node by node and save every node's outputs; of the "
           "graph before the passes with data_dump_stage='original'",
           gate="debug.data_dump.type", runs_when=_is_set,
           reads=("debug.data_dump.filter", "debug.data_dump.path",
                  "dump_config.data_dump_stage")),
+    Stage("summary_skips_compile", "torchair_dist.pipeline.route:eager_stage", "route",
+          "after an fx_summary (and unless a data dump made its runner): run the FX graph "
+          "eagerly instead of the backend", gate="debug.fx_summary.skip_compile",
+          requires="fx_summary"),
     Stage("run_eagerly", "torchair_dist.pipeline.route:eager_stage", "route",
           "instead of the backend: run the FX graph eagerly", gate="debug.run_eagerly"),
     Stage("shm_collectives", "torchair_dist.platform.stand_ins:transport_stage", "route",
@@ -215,10 +232,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "between the ranks of one host instead of gloo (the compiled graph and its cache "
           "entry keep the original collectives; ACL: the runner's copy of the graph is "
           "rewritten, GE: the reference executor's Hcom kernels)",
-          gate="distributed_config.cpu_shm_collectives", platforms=frozenset({"cpu"})),
-    Stage("compile", "torchair_dist.pipeline.route:backend_stage", "route",
-          "the mode's backend compiles the graph (its steps follow), or loads it from a "
-          "compile-cache entry"),
+          gate="distributed_config.cpu_shm_collectives", needs="host_shared_memory"),
+    Stage("compile", "torchair_dist.pipeline.route:start_backend", "route",
+          "the mode's backend starts the graph's build (its steps follow, then it finishes "
+          "into a runner and a handle), or starts it from a stored handle (load)"),
     Stage("ge_convert", "torchair_dist.backends.ge:convert_step", "backend",
           "FX -> GE IR graph, validated against the operator registry; with enable_ref_data "
           "written-back inputs are RefData updated by Assign; with enable_view_optimize a "
@@ -230,15 +247,17 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           reads=("debug.graph_dump.path",)),
     Stage("cann_options", "torchair_dist.backends.ge:cann_options_step",
           "backend", "GE session/graph options handed to the CANN runtime",
-          reads=_cann.CANN_OPTION_READS, platforms=NPU),
+          reads=_cann.CANN_OPTION_READS, needs="cann"),
     Stage("cann_dump", "torchair_dist.backends.ge:cann_dump_step",
           "backend", "GE's own data dump (ge.exec.enableDump and friends)",
-          gate="dump_config.enable_dump", reads=_cann.CANN_DUMP_READS, platforms=NPU),
+          gate="dump_config.enable_dump", reads=_cann.CANN_DUMP_READS, needs="cann"),
     Stage("cann_aoe", "torchair_dist.backends.ge:cann_aoe_step",
           "backend", "AOE operator tuning options", gate="aoe_config.aoe_mode",
-          runs_when=_is_set, reads=_cann.CANN_AOE_READS, platforms=NPU),
+          runs_when=_is_set, reads=_cann.CANN_AOE_READS, needs="cann"),
     Stage("ge_run", "torchair_dist.backends.ge:run_step", "backend",
-          "run the GE graph: CANN on NPU, the reference executor elsewhere"),
+          "run the GE graph: CANN on NPU, the reference executor elsewhere (its collectives "
+          "finish at their first reader with overlap_collectives, else right away)",
+          reads=("distributed_config.overlap_collectives",)),
     Stage("ge_export", "torchair_dist.backends.ge:export_step", "backend",
           "write the GE graph (.air) and its weights on the first call; inputs named by "
           "inputs_name, ops annotated with their nn.Module stack on request",
@@ -251,18 +270,19 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("inductor_kernels", "torchair_dist.backends.aclgraph.compile:inductor_step",
           "backend", "inductor generates the compute kernels of the post-pass graph; our "
           "collectives, schedule, check, capture and cache stay",
-          gate="experimental_config.inductor_kernels", platforms=frozenset({"cpu", "cuda"})),
+          gate="experimental_config.inductor_kernels", needs="inductor_kernels",
+          reads=("distributed_config.overlap_collectives",)),
     Stage("value_ints", "torchair_dist.backends.aclgraph.compile:value_ints_step", "backend",
           "integer inputs that only reach tensor ops as values are fed as 0-d tensors and "
           "their host arithmetic runs per call, so one capture serves every value",
-          platforms=_capture_platforms),
+          needs="capture"),
     Stage("device_capture", "torchair_dist.backends.aclgraph.compile:device_capture_step",
           "backend",
           "NPU/CUDA graph capture itself", reads=("npugraphex_config.capture_error_mode",),
-          platforms=DEVICES),
+          needs="device_graphs"),
     Stage("capture", "torchair_dist.backends.aclgraph.compile:capture_step", "backend",
           "capture per graph key, replay on later calls", reads=_CAPTURE_READS,
-          platforms=_capture_platforms),
+          needs="capture"),
     Stage("consistency", "torchair_dist.collectives.consistency:guard_first_run", "runtime",
           "before the first run all ranks compare their collectives through the c10d store "
           "(with consistency_check); a peer's fault at run time is reported with the graph's "
@@ -279,7 +299,8 @@ _ACL = (
     "collapse_view_chains", "custom_post_pass", "scope_ops", "scope_attrs", "overlap",
     "reinplace", "reinplace_inputs", "remove_cat_ops", "deadlock_check", "stream_order",
     "stream_order_check", "validate",
-    "fx_summary", "data_dump", "run_eagerly", "shm_collectives", "compile", "acl_codegen",
+    "fx_summary", "data_dump", "summary_skips_compile", "run_eagerly", "shm_collectives",
+    "compile", "acl_codegen",
     "acl_dump", "inductor_kernels", "value_ints", "device_capture", "capture", "consistency",
 )
 _GE = (
@@ -288,7 +309,8 @@ _GE = (
     "custom_post_pass", "scope_ops", "scope_attrs", "overlap", "constant_folding",
     "dead_code_elimination", "deadlock_check", "topology_sort", "stream_order",
     "stream_order_check", "validate", "fx_summary",
-    "data_dump", "run_eagerly", "shm_collectives", "compile", "ge_convert", "ge_dump",
+    "data_dump", "summary_skips_compile", "run_eagerly", "shm_collectives", "compile",
+    "ge_convert", "ge_dump",
     "cann_options", "cann_dump", "cann_aoe", "ge_run", "ge_export", "consistency",
 )
 
@@ -296,7 +318,7 @@ _GE = (
 @dataclasses.dataclass(frozen=True)
 class ModeRow:
     mode: str
-    backend: str          # "module:attr" of its Backend object (compile(ctx), load(entry, ctx))
+    backend: str          # "module:attr" of its Backend object (start / load / finish)
     stages: Tuple[str, ...]
     cache_format: str     # what a compile-cache entry holds for this mode
     doc: str
@@ -326,6 +348,26 @@ def stages_of(mode: str) -> List[Stage]:
     return [STAGES[name] for name in mode_row(mode).stages]
 
 
+def graph_sources(mode: str) -> Tuple[str, ...]:
+    """The modules whose code shaped a graph compiled in ``mode`` up to the observation point:
+    :data:`TRACE_SOURCES`, then each shaping stage's module's ``GRAPH_SOURCES``, in row order
+    (a module without one is refused: every such stage identifies its code)."""
+    import importlib
+
+    found = list(TRACE_SOURCES)
+    for stage in stages_of(mode):
+        if stage.level not in SHAPING_LEVELS:
+            continue
+        module = importlib.import_module(stage.fn.split(":")[0])
+        sources = getattr(module, "GRAPH_SOURCES", None)
+        if not sources or sources[0] != module.__name__:
+            raise RuntimeError(f"stage {stage.name!r}: its module {module.__name__} declares no "
+                               f"GRAPH_SOURCES (itself first), so the compile cache cannot key "
+                               f"the graphs it shapes")
+        found += [m for m in sources if m not in found]
+    return tuple(found)
+
+
 def current_platform() -> str:
     from .. import platform as _platform
     return _platform.current().name
@@ -339,6 +381,8 @@ def effective_options(config: CompilerConfig, platform: Optional[str] = None) ->
     for stage in stages_of(config.peek("mode")):
         if platform not in stage.platform_set():
             continue
+        if stage.requires is not None and not STAGES[stage.requires].runs(config):
+            continue  # its gate is read only after the required stage's
         if stage.gate:
             found.add(stage.gate)
         if stage.runs(config):
@@ -362,7 +406,8 @@ def _why_not(path: str, config: CompilerConfig, platform: str) -> str:
         extra = (f"; on CPU unset {CPU_CAPTURE_ENV}=off" if any(s.name == "capture" for s in here)
                  else "")
         return f"only on {'/'.join(where)}{extra}"
-    gates = sorted({s.gate for s in on_platform if s.gate and s.gate != path})
+    gates = sorted({s.gate for s in on_platform if s.gate and s.gate != path} |
+                   {STAGES[s.requires].gate for s in on_platform if s.requires})
     return f"only when {' or '.join(gates)} is on" if gates else "not read in this configuration"
 
 
@@ -417,10 +462,13 @@ def resolve(stage: Stage) -> Callable:
 
 
 def applies(stage: Stage, config: CompilerConfig, platform: Optional[str] = None) -> bool:
-    """The one execution rule, for every level: ``stage`` runs when it is on this platform and
-    its gate lets it (the gate read as the code's own read)."""
-    return ((platform or current_platform()) in stage.platform_set()
-            and stage.runs(config, tracked=True))
+    """The one execution rule, for every level: ``stage`` runs when it is on this platform, its
+    gate (and the gate of the stage it ``requires``) lets it (the gate read as the code's own
+    read), and the stage it ``yields_to`` does not run."""
+    platform = platform or current_platform()
+    if stage.yields_to is not None and applies(STAGES[stage.yields_to], config, platform):
+        return False
+    return platform in stage.platform_set() and stage.runs(config, tracked=True)
 
 
 def stages_at(config: CompilerConfig, level: str) -> List[Stage]:

@@ -208,6 +208,33 @@ def _cpu() -> Platform:
 
 _BY_NAME = {"npu": _npu, "cuda": _cuda, "cpu": _cpu}
 
+# What each platform offers the pipeline: a stage of the table names the capability it needs
+# (``Stage.needs``) and this answers where it runs; class-level facts, no device is probed.
+#   vendor_kernels: torch_npu's fused kernels exist; cann: CANN runs GE graphs and takes its
+#   options; device_graphs: NPU/CUDA graph capture; capture: graphs are captured (a device's,
+#   or on CPU the stand-in unless TORCHAIR_DIST_CPU_CAPTURE=off); host_shared_memory: a host's
+#   ranks can exchange through shared memory; inductor_kernels: inductor generates kernels.
+_CAPABILITIES = {
+    "npu": frozenset({"vendor_kernels", "cann", "device_graphs", "capture"}),
+    "cuda": frozenset({"device_graphs", "capture", "inductor_kernels"}),
+    "cpu": frozenset({"host_shared_memory", "inductor_kernels", "capture"}),
+}
+CAPABILITIES = frozenset().union(*_CAPABILITIES.values())
+
+
+def platforms_with(capability: str) -> frozenset:
+    """The platform names (``npu``/``cuda``/``cpu``) that have ``capability`` (what a stand-in
+    can be switched off for: :func:`.stand_ins.platforms_with`)."""
+    if capability not in CAPABILITIES:
+        raise ValueError(f"unknown platform capability {capability!r}; one of "
+                         f"{sorted(CAPABILITIES)}")
+    return frozenset(name for name, caps in _CAPABILITIES.items() if capability in caps)
+
+
+def has(platform_name: str, capability: str) -> bool:
+    """Whether the platform named ``platform_name`` has ``capability``."""
+    return platform_name in platforms_with(capability)
+
 
 @functools.lru_cache(maxsize=None)
 def current() -> Platform:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import current, for_device
+from . import current, for_device, platforms_with as _platforms_with
 from .interfaces import CaptureFactory, CollectiveTransport, GeRuntime
 
 
@@ -19,6 +19,16 @@ def capture_mode() -> str:
     from ..cpu.capture import cpu_capture_mode
 
     return cpu_capture_mode()
+
+
+def platforms_with(capability: str) -> frozenset:
+    """``platform.platforms_with`` less the CPU where its stand-in for ``capability`` is
+    switched off (``capture`` with ``TORCHAIR_DIST_CPU_CAPTURE=off``): what the stage table
+    asks."""
+    found = _platforms_with(capability)
+    if capability == "capture" and capture_mode() == "off":
+        return found - {"cpu"}
+    return found
 
 
 def capture_factory(device_type: str, gm, graph_name: str, share_pool: bool,
@@ -54,13 +64,12 @@ def transport_stage(ctx):
     return dataclasses.replace(ctx, transport=collective_transport())
 
 
-def ge_executor(device=None, config=None,
+def ge_executor(device=None, overlap: bool = True,
                 transport: Optional[CollectiveTransport] = None) -> GeRuntime:
-    """The GE executor where no CANN runtime exists: the reference executor on ``device``
-    (reads ``distributed_config.overlap_collectives``); ``transport``: the route's collective
-    transport (None: the graph's own collectives)."""
+    """The GE executor where no CANN runtime exists: the reference executor on ``device``;
+    ``overlap``: a collective finishes at its first reader (False: right after it is issued);
+    ``transport``: the route's collective transport (None: the graph's own collectives)."""
     from ..cpu.ge_reference import ReferenceRuntime
 
-    overlap = config is None or bool(config.get("distributed_config.overlap_collectives"))
     shm = transport is not None and transport.for_ge_executor()
     return ReferenceRuntime(device, overlap=overlap, shm=shm)

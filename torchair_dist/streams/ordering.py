@@ -48,6 +48,12 @@ from .order_model import GraphOrder
 from .rewrite import where
 from .stream_ops import NAMESPACE, ops
 
+# The code that decides what this module's stages make of a graph: the compile cache's key
+# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
+GRAPH_SOURCES = (__name__, "torchair_dist.collectives.spec", "torchair_dist.streams.order_model",
+                 "torchair_dist.streams.rewrite", "torchair_dist.streams.runtime",
+                 "torchair_dist.streams.stream_ops")
+
 log = logging.getLogger("torchair_dist")
 
 LABEL = "stream_label"

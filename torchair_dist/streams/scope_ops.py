@@ -27,6 +27,12 @@ from ..errors import GraphValidationError
 from .stream_ops import ops
 from .rewrite import add_fork_join, where
 
+# The code that decides what this module's stages make of a graph: the compile cache's key
+# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
+GRAPH_SOURCES = (__name__,
+                 "torchair_dist.streams.rewrite", "torchair_dist.streams.runtime",
+                 "torchair_dist.streams.stream_ops")
+
 NAMESPACES = ("air", "npugraph_ex")
 _libs = []
 

@@ -86,7 +86,7 @@ def render_stage_table() -> str:
              "the order its stages run (a step whose gate or platform does not apply is skipped).",
              "", head, "|" + "---|" * (8 + len(modes))]
     for s in pipeline.STAGES.values():
-        where = "/".join(sorted(s.platform_set())) if not callable(s.platforms) else \
+        where = "/".join(sorted(s.platform_set())) if s.needs != "capture" else \
             f"npu/cuda/cpu (not with {envvars.CPU_CAPTURE_ENV}=off)"
         marks = " | ".join(str(numbers[m].get(s.name, "")) for m in modes)
         reads = ", ".join(f"`{r}`" for r in s.reads)

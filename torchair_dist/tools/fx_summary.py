@@ -5,7 +5,7 @@ and which lack a GE converter. One file per graph and rank:
 ``fx_summary_{graph}_rank_{r}_pid_{pid}_ts_{time}.csv`` in the working directory, with columns
 ``target, kind, count, ge_converter, example_input, example_output``. With
 ``debug.fx_summary.skip_compile`` (the default, as in TorchAir) the graph then runs eagerly
-instead of being compiled by the mode's backend.
+instead of being compiled by the mode's backend (the route's ``summary_skips_compile`` stage).
 """
 from __future__ import annotations
 
@@ -68,13 +68,7 @@ def write_summary(gm: torch.fx.GraphModule, graph_name: str, rank: int) -> str:
 
 
 def summary_stage(ctx):
-    """The ``fx_summary`` stage of the route: write the summary; with
-    ``debug.fx_summary.skip_compile`` the graph then runs eagerly (unless a data dump asks
-    for its own runner), else the route goes on."""
+    """The ``fx_summary`` stage of the route: write the summary; the route goes on (the
+    ``summary_skips_compile`` stage runs the graph eagerly with ``skip_compile``)."""
     write_summary(ctx.gm, ctx.graph_name, ctx.rank)
-    cfg = ctx.config
-    if cfg.get("debug.fx_summary.skip_compile") and cfg.get("debug.data_dump.type") is None:
-        from ..base.graph_context import eager_runner
-
-        return eager_runner(ctx.gm)
     return ctx

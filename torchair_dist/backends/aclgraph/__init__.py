@@ -1,7 +1,8 @@
 """ACL-graph backend (modes ``npugraph_ex`` and ``reduce-overhead``).
 
 ``BACKEND`` (a :class:`~torchair_dist.base.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
-names for both modes. Its ``compile(ctx)`` runs the row's backend steps (:mod:`.compile`): a
+names for both modes. Its ``start(ctx)`` makes the :class:`AclBuild` the row's backend steps
+(:mod:`.compile`) work on, and ``finish`` returns the runner and the handle: a
 forward generated from the FX graph, or with ``experimental_config.inductor_kernels`` one
 inductor compiles (:mod:`.inductor_kernels`). With a device graph class
 (``torch.npu.NPUGraph`` / ``torch.cuda.CUDAGraph``) it captures per graph key and replays. On
@@ -14,7 +15,7 @@ Every capture, replay and recapture is counted in :mod:`.report` (``capture_repo
 from __future__ import annotations
 
 from ...platform.interfaces import CollectiveTransport
-from ..context import Backend, GraphContext
+from ..context import Backend, Compiled, GraphContext
 from .compile import AclBuild, graph_device_type, graph_factory_for  # noqa: F401
 from .report import capture_report, reset_capture_report
 
@@ -29,10 +30,13 @@ class AclGraphBackend(Backend):
     """``npugraph_ex`` / ``reduce-overhead``: a generated runner, captured per graph key."""
 
     name = "aclgraph"
+    handle_format = "fx-graph (captured again on load)"
 
-    def compile(self, ctx: GraphContext):
-        build = self.run_steps(ctx, AclBuild(ctx, ctx.transport or _OWN_COLLECTIVES))
-        return build.runner_or_forward()
+    def start(self, ctx: GraphContext) -> AclBuild:
+        return AclBuild(ctx, ctx.transport or _OWN_COLLECTIVES)
+
+    def finish(self, build: AclBuild) -> Compiled:
+        return Compiled(build.runner_or_forward(), self.handle(build))
 
 
 BACKEND = AclGraphBackend()

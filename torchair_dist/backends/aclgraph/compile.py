@@ -20,7 +20,7 @@ from ...base.dumps import dump_fx_graph
 from ...platform import stand_ins
 from ...platform.interfaces import CaptureFactory, CollectiveTransport
 from ...streams.ordering import EVENTS_ADDED
-from ..context import GraphContext
+from ..context import Build, GraphContext
 from . import report
 from .capture import DeviceGraph
 from .codegen import generate_forward
@@ -31,7 +31,7 @@ log = logging.getLogger("torchair_dist")
 
 
 @dataclasses.dataclass
-class AclBuild:
+class AclBuild(Build):
     """What the ACL backend's steps build, step by step.
 
     ``ctx``: the graph as the compiler passed it (what the cross-rank check, the cache and
@@ -42,7 +42,6 @@ class AclBuild:
     ``factory``: the capture graphs' factory; ``runner``: the capturing runner once built.
     """
 
-    ctx: GraphContext
     transport: CollectiveTransport
     run_ctx: Optional[GraphContext] = None
     make_forward: Optional[Callable[[GraphContext], Tuple[Callable, Optional[str]]]] = None
@@ -127,7 +126,8 @@ def device_allows_inductor(ctx: GraphContext) -> bool:
     """Inductor generates kernels for CPU and CUDA graphs; elsewhere the option is ignored
     with a warning naming the graph's device."""
     device = graph_device_type(ctx)
-    if device in ("cpu", "cuda"):
+    plat = _platform.for_device(device)
+    if plat.device_type == device and _platform.has(plat.name, "inductor_kernels"):
         return True
     warnings.warn(f"experimental_config.inductor_kernels is ignored on {device!r} "
                   f"(graph {ctx.graph_name}): the GE path fuses there", UserWarning,

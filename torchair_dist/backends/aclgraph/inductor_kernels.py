@@ -23,7 +23,7 @@ import torch
 import torch.fx
 
 from ...errors import TorchairDistError
-from ..context import GraphContext
+from ..context import GraphContext, own_copy
 
 log = logging.getLogger("torchair_dist")
 
@@ -130,12 +130,13 @@ def _wait_check_pass(graph_name: str):
 
 
 def compile_forward(ctx: GraphContext) -> Callable[[List[Any]], Any]:
-    """Inductor-compiled boxed forward of ``ctx.gm`` (same inputs/outputs as the graph)."""
+    """Inductor-compiled boxed forward of ``ctx.gm`` (same inputs/outputs as the graph);
+    inductor's passes rewrite a copy of the graph, never ``ctx.gm`` itself."""
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx_inner
 
     try:
-        gm = _inductor_graph(ctx.gm, ctx.example_inputs)
+        gm = _inductor_graph(own_copy(ctx.gm), ctx.example_inputs)
         check_waits(gm.graph, ctx.graph_name)
         register_async_collectives(waited_ops(gm))
         patch = {} if inductor_config.post_grad_custom_pre_pass is not None else \

@@ -1,8 +1,9 @@
 """The GE backend (``max-autotune``): FX (AOT aten) graph -> GE IR -> a GE runtime.
 
 ``BACKEND`` (a :class:`~torchair_dist.base.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
-names; its ``compile(ctx)`` runs the mode row's backend steps on a :class:`GeBuild`, and a cache
-entry is loaded by converting the rebuilt graph again. The steps (each ``build -> build``, run by
+names; its ``start(ctx)`` makes the :class:`GeBuild` the mode row's backend steps work on (the
+route runs them), ``finish`` returns the runner and the handle, and a handle is loaded by
+converting the rebuilt graph again. The steps (each ``build -> build``, run by
 the pipeline in the row's order when their gate and platforms allow): :func:`convert_step`
 converts the graph with the converter registry (:mod:`.converters`); :func:`dump_step` dumps it;
 :func:`cann_options_step` / :func:`cann_dump_step` / :func:`cann_aoe_step` build the CANN
@@ -29,7 +30,7 @@ import torch
 from ...base.envvars import env_flag
 from ...base.layout import OutputLayout, output_layouts
 from ...base.util import input_device
-from ..context import Backend, GraphContext, boxed
+from ..context import Backend, Build, Compiled, GraphContext, boxed, own_copy
 from .fx2ge import ConvertedGraph, convert_graph
 from .output_views import ViewRebuilder, outputs_as_bases, symbol_sources
 
@@ -39,11 +40,10 @@ ENV_VALIDATE = "TORCHAIR_DIST_GE_VALIDATE"
 
 
 @dataclasses.dataclass
-class GeBuild:
+class GeBuild(Build):
     """What the GE backend's steps build: the converted graph, the CANN options
     (``(session, graph)``; None where no ``cann_*`` step ran), the runner."""
 
-    ctx: GraphContext
     converted: Optional[ConvertedGraph] = None
     cann: Optional[Tuple[Dict[str, str], Dict[str, str]]] = None
     runner: Any = None
@@ -55,11 +55,13 @@ class GeBuild:
 
 def convert_step(build: GeBuild) -> GeBuild:
     """``ge_convert``: FX -> GE IR (validated against the registry with the env flag); with
-    ``enable_view_optimize`` a last-two-dims Transpose feeding a matmul folds into it."""
+    ``enable_view_optimize`` a last-two-dims Transpose feeding a matmul folds into it. A
+    lowering step: it decomposes unconverted ops of its own copy of the graph, never of
+    ``ctx.gm``, which the observers read."""
     ctx = build.ctx
     gm, views = outputs_as_bases(ctx.gm)
     converted = convert_graph(
-        gm, ctx.example_inputs, ctx.graph_name, ctx.rank, ctx.world_size,
+        own_copy(gm), ctx.example_inputs, ctx.graph_name, ctx.rank, ctx.world_size,
         ref_data=bool(ctx.config.get("experimental_config.enable_ref_data")))
     if ctx.config.get("experimental_config.enable_view_optimize"):
         from .view_optimize import fold_transposes_into_matmuls
@@ -111,11 +113,13 @@ def cann_aoe_step(build: GeBuild) -> GeBuild:
 
 
 def run_step(build: GeBuild) -> GeBuild:
-    """``ge_run``: load the serialized graph into a runtime; the boxed runner."""
+    """``ge_run``: load the serialized graph into a runtime; the boxed runner (the reference
+    executor's collectives overlap as ``overlap_collectives`` says)."""
     from .runtime import create_runtime
 
     ctx = build.ctx
-    runtime = create_runtime(device=input_device(ctx.example_inputs), config=ctx.config,
+    overlap = bool(ctx.config.get("distributed_config.overlap_collectives"))
+    runtime = create_runtime(device=input_device(ctx.example_inputs), overlap=overlap,
                              transport=ctx.transport, options=build.cann)
     converted = _converted(build)
     runtime.load(converted.model.SerializeToString())
@@ -244,19 +248,26 @@ def _make_runner(converted: ConvertedGraph, runtime: Any):
 
 
 class GeBackend(Backend):
-    """``max-autotune``: FX -> GE IR -> a GE runtime (the row's steps, see the module doc)."""
+    """``max-autotune``: FX -> GE IR -> a GE runtime (the row's steps, see the module doc). A
+    handle stands for the FX graph stored beside it: the GE IR is rebuilt on load."""
 
     name = "ge"
+    handle_format = "fx-graph (GE IR rebuilt on load)"
 
-    def compile(self, ctx: GraphContext):
+    def start(self, ctx: GraphContext) -> GeBuild:
+        return GeBuild(ctx)
+
+    def steps_context(self):
+        """AOT calls the compiler under its FakeTensorMode; the steps build real data."""
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-        with unset_fake_temporarily():  # AOT calls us under its FakeTensorMode; we build real data
-            build = self.run_steps(ctx, GeBuild(ctx))
+        return unset_fake_temporarily()
+
+    def finish(self, build: GeBuild) -> Compiled:
         if build.runner is None:
-            raise RuntimeError(f"{ctx.graph_name}: the mode row's backend steps made no runner "
-                               f"(it lacks ge_run)")
-        return build.runner
+            raise RuntimeError(f"{build.ctx.graph_name}: the mode row's backend steps made no "
+                               f"runner (it lacks ge_run)")
+        return Compiled(build.runner, self.handle(build))
 
 
 BACKEND = GeBackend()

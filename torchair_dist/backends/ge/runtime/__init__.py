@@ -7,19 +7,20 @@ from ....errors import GeRuntimeError
 from ....platform.interfaces import GeRuntime
 
 
-def create_runtime(kind: str = "auto", device=None, config=None, transport=None,
+def create_runtime(kind: str = "auto", device=None, overlap: bool = True, transport=None,
                    options=None) -> GeRuntime:
     """``"reference"``, ``"cann"``, or ``"auto"``: CANN where the platform runs GE graphs
     itself (Ascend), else the stand-in executor on ``device`` (the device of the graph's
     inputs; CPU by default). The CANN runtime gets ``options``, its ``(session, graph)``
-    options (the mode row's ``cann_*`` steps build them); the stand-in reads
-    ``distributed_config.overlap_collectives`` (off: every collective is finished right after
-    it is issued) and exchanges through ``transport`` (the route's choice)."""
+    options (the mode row's ``cann_*`` steps build them); the stand-in finishes a collective at
+    its first reader with ``overlap`` (the ``ge_run`` stage passes
+    ``distributed_config.overlap_collectives``), else right after it is issued, and exchanges
+    through ``transport`` (the route's choice)."""
     from .... import platform
     from ....platform import stand_ins
 
     if kind == "reference" or (kind == "auto" and not platform.current().runs_ge_natively):
-        return stand_ins.ge_executor(device, config, transport)
+        return stand_ins.ge_executor(device, overlap, transport)
     from .cann import CannRuntime
 
     session, graph = options if options is not None else ({}, {})
