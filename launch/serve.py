@@ -124,20 +124,6 @@ class Variant:
         return {g: rep.get(g, {}) for g in self.graphs}
 
 
-def captures_per_size(report) -> dict:
-    """Captures per batch size over all of a variant's graphs (the size is the first integer
-    of the graph key: the batch dimension's value or the first input's shape)."""
-    import re
-
-    out = {}
-    for keys in report.values():
-        for key, entry in keys.items():
-            m = re.search(r"\d+", key)
-            if key != "*" and m:
-                out[int(m.group())] = out.get(int(m.group()), 0) + entry.get("captures", 0)
-    return out
-
-
 def _bytes_and_seconds(entries):
     """Graph memory and capture time summed over keys, where capture_report gives them."""
     nbytes = [e.get("bytes", e.get("graph_bytes", e.get("pool_bytes"))) for e in entries]
@@ -161,6 +147,8 @@ def warm_up(v: Variant, known: set) -> None:
 
 
 def row_of(v: Variant, rank: int) -> dict:
+    import serving
+
     if v.status != "ok":
         return dict(variant=v.name, rank=rank, status=v.status)
     tokens = sum(sum(len(t) for t in r.tokens.values()) for r in v.results)
@@ -178,7 +166,7 @@ def row_of(v: Variant, rank: int) -> dict:
                 captures=sum(e.get("captures", 0) for e in entries),
                 max_captures_per_key=max((e.get("captures", 0) for e in entries), default=0),
                 recaptures=sum(e.get("recaptures", 0) for e in entries),
-                captures_per_size=captures_per_size(report),
+                captures_per_size=serving.captures_per_size(report),
                 uncaptured=[k.get("*", {}).get("uncaptured_reason") for k in report.values()
                             if "*" in k],
                 capture_report=report, memory_points=v.memory_points,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import random
+import re
 import time
 import types
 import warnings
@@ -248,6 +249,7 @@ class ServeResult:
     token_gaps_s: List[float]        # per request, time between consecutive tokens
     steps_per_size: Dict[int, int]   # decode steps run at each padded size
     decode_steps: int = 0
+    padded_steps: int = 0            # steps with padding rows (fewer requests than the size)
 
 
 def serve(step: Callable, model, cache: SlotKVCache, requests: List[Request],
@@ -286,6 +288,7 @@ def serve(step: Callable, model, cache: SlotKVCache, requests: List[Request],
             t1 = time.perf_counter()
             res.step_s.append(t1 - t0)
             res.steps_per_size[size] += 1
+            res.padded_steps += size > n
             for i, req in enumerate(rows):
                 tokens[req.rid].append(out[i])
                 res.token_gaps_s.append(t1 - stamp[i])
@@ -307,3 +310,15 @@ def serve(step: Callable, model, cache: SlotKVCache, requests: List[Request],
 
 def max_len_for(requests: List[Request]) -> int:
     return max(len(r.prompt) + r.out_len for r in requests)
+
+
+def captures_per_size(report) -> dict:
+    """Captures per batch size over all of a variant's graphs (the size is the first integer
+    of the graph key: the batch dimension's value or the first input's shape)."""
+    out = {}
+    for keys in report.values():
+        for key, entry in keys.items():
+            m = re.search(r"\d+", key)
+            if key != "*" and m:
+                out[int(m.group())] = out.get(int(m.group()), 0) + entry.get("captures", 0)
+    return out
