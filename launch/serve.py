@@ -18,10 +18,11 @@ available); inductor (torch.compile's default backend); on CUDA torch's CUDA gra
 then serve the whole stream in turn, ``--rounds`` times, all in this one process.
 
 Printed per variant (rank 0's timings, every rank's token check): tokens/s over the stream
-(prefills included), per-token latency p50/p99 (time between a request's consecutive tokens),
-decode step p50, warm-up time (compile + capture of every size), graph memory and capture time
-as ``torchair_dist.capture_report()`` gives them, captures per graph key, and whether every
-request's tokens equal eager's on every rank. Exit 1 when some request's tokens differ.
+(prefills included; median over rounds), per-token latency p50/p99 (time between a request's
+consecutive tokens), decode step p50, warm-up time (compile + capture of every size), graph
+memory and capture time as ``torchair_dist.capture_report()`` gives them, captures per size,
+and whether every request's tokens equal eager's on every rank. Exit 1 when some request's
+tokens differ from eager's, or a declared size was captured twice or recaptured.
 """
 from __future__ import annotations
 
@@ -152,13 +153,14 @@ def row_of(v: Variant, rank: int) -> dict:
     if v.status != "ok":
         return dict(variant=v.name, rank=rank, status=v.status)
     tokens = sum(sum(len(t) for t in r.tokens.values()) for r in v.results)
-    wall = sum(r.wall_s for r in v.results)
+    per_round = [sum(len(t) for t in r.tokens.values()) / r.wall_s for r in v.results]
     gaps = [g for r in v.results for g in r.token_gaps_s]
     steps = [s for r in v.results for s in r.step_s]
     report = v.report()
     entries = [e for keys in report.values() for k, e in keys.items() if k != "*"]
     nbytes, cap_s = _bytes_and_seconds(entries)
-    return dict(variant=v.name, rank=rank, status="ok", tokens=tokens, tokens_per_s=tokens / wall,
+    return dict(variant=v.name, rank=rank, status="ok", tokens=tokens,
+                tokens_per_s=statistics.median(per_round), tokens_per_s_per_round=per_round,
                 p50_ms=_percentile(gaps, 50) * 1e3, p99_ms=_percentile(gaps, 99) * 1e3,
                 step_p50_ms=statistics.median(steps) * 1e3, warm_up_s=sum(v.warm_s.values()),
                 warm_up_per_size_s=v.warm_s, graph_bytes=nbytes, capture_s=cap_s,
@@ -270,10 +272,14 @@ def main(argv=None) -> int:
 
 
 def _check(everything) -> bool:
-    """Every variant's tokens equal eager's on every rank, and eager's agree across ranks."""
+    """Every variant's tokens equal eager's on every rank, eager's agree across ranks, and no
+    declared size was captured twice (over a variant's graphs) nor recaptured."""
     same_eager = all(e["eager"] == everything[0]["eager"] for e in everything)
-    same = all(r.get("same_as_eager", True) for e in everything for r in e["rows"])
-    return same_eager and same
+    rows = [r for e in everything for r in e["rows"] if r["status"] == "ok"]
+    same = all(r["same_as_eager"] for r in rows)
+    once = all(max(r["captures_per_size"].values(), default=0) <= 1 and not r["recaptures"]
+               for r in rows)
+    return same_eager and same and once
 
 
 if __name__ == "__main__":

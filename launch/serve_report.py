@@ -59,13 +59,15 @@ def print_table(everything: List[Dict], args, ok: bool) -> None:
         if r["status"] == "ok" and r["variant"] not in ("eager", "inductor", "max-autotune"):
             print(f"{r['variant']}: steps per padded size {r['steps_per_size']}, first call "
                   f"per size (s) {_round(r['warm_up_per_size_s'])}")
-    print("tok/s: generated tokens / wall time of the stream (eager prefills included); p50/p99: "
+    print("tok/s: generated tokens / wall time of the stream (eager prefills included), median "
+          "over rounds; p50/p99: "
           "time between a request's consecutive tokens; step ms: median decode step; warm-up: "
           "first call per declared size (compile + capture); capture s / graph mem: from "
           "torchair_dist.capture_report() where it reports them (n/a: not reported on this "
           "platform yet); captures: over all graph keys of the variant; =eager: every "
           "request's tokens equal eager's on every rank. Timings: rank 0.")
-    print(f"every request's tokens equal eager's on every rank: {ok}")
+    print(f"every request's tokens equal eager's on every rank, at most one capture per "
+          f"declared size and no recapture: {ok}")
 
 
 def _round(d: Dict) -> Dict:
