@@ -21,7 +21,7 @@ endif
 NPROC ?= 2
 export TORCH_DEVICE_BACKEND_AUTOLOAD = 0
 
-.PHONY: lint demo test venv proto registry bench opinfo docs docs-site gpu-check npu-check
+.PHONY: lint demo serve test venv proto registry bench opinfo docs docs-site gpu-check npu-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,16 @@ demo: $(STAMP)
 	$(VENV)/bin/torchrun --nproc-per-node $(NPROC) --master-addr 127.0.0.1 \
 	  --master-port $$($(PY) -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') \
 	  launch/demo.py $(ARGS)
+
+# The serving loop (launch/serve.py): continuous batching of a synthetic request stream on NPROC
+# ranks, every variant side by side in one run; writes $(SERVE_OUT)/serve.png and serve.json.
+# ARGS passes options (launch/serve.py --help), e.g. ARGS="--preset small --requests 48".
+SERVE_OUT ?= build/serve
+serve: $(STAMP)
+	mkdir -p $(SERVE_OUT)
+	$(VENV)/bin/torchrun --nproc-per-node $(NPROC) --master-addr 127.0.0.1 \
+	  --master-port $$($(PY) -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') \
+	  launch/serve.py --plot $(SERVE_OUT)/serve.png --json $(SERVE_OUT)/serve.json $(ARGS)
 
 # TESTS: which test directories (default: all of them)
 TESTS ?= tests
