@@ -20,7 +20,7 @@ then serve the whole stream in turn, ``--rounds`` times, all in this one process
 Printed per variant (rank 0's timings, every rank's token check): tokens/s over the stream
 (prefills included; median over rounds), per-token latency p50/p99 (time between a request's
 consecutive tokens), decode step p50, warm-up time (compile + capture of every size), graph
-memory and capture time as ``torchair_dist.capture_report()`` gives them, captures per size,
+memory and capture time as ``torchair_dist.capture_summary()`` gives them, captures per size,
 and whether every request's tokens equal eager's on every rank. Exit 1 when some request's
 tokens differ from eager's, or a declared size was captured twice or recaptured.
 """
@@ -125,11 +125,15 @@ class Variant:
         return {g: rep.get(g, {}) for g in self.graphs}
 
 
-def _bytes_and_seconds(entries):
-    """Graph memory and capture time summed over keys, where capture_report gives them."""
-    nbytes = [e.get("bytes", e.get("graph_bytes", e.get("pool_bytes"))) for e in entries]
-    secs = [e.get("capture_s", e.get("capture_time_s")) for e in entries]
-    nbytes, secs = [b for b in nbytes if b is not None], [s for s in secs if s is not None]
+def _bytes_and_seconds(graphs):
+    """Graph memory (pool + input buffers) and capture time of ``graphs``, summed, as
+    ``torchair_dist.capture_summary()`` gives them (None where it gives nothing)."""
+    import torchair_dist
+
+    summary = torchair_dist.capture_summary()
+    rows = [summary[g] for g in graphs if g in summary]
+    nbytes = [r["pool_bytes"] + r.get("input_bytes", 0) for r in rows if "pool_bytes" in r]
+    secs = [r["capture_time_s"] for r in rows if "capture_time_s" in r]
     return (sum(nbytes) if nbytes else None), (sum(secs) if secs else None)
 
 
@@ -143,7 +147,7 @@ def warm_up(v: Variant, known: set) -> None:
         v.claim_graphs(known)
         entries = [e for keys in v.report().values() for k, e in keys.items() if k != "*"]
         captured = sum(1 for e in entries if e.get("captures"))
-        v.memory_points.append((captured, _bytes_and_seconds(entries)[0]))
+        v.memory_points.append((captured, _bytes_and_seconds(v.graphs)[0]))
     v.warm_s = dict(zip(sorted(v.sizes, reverse=True), one))
 
 
@@ -158,7 +162,7 @@ def row_of(v: Variant, rank: int) -> dict:
     steps = [s for r in v.results for s in r.step_s]
     report = v.report()
     entries = [e for keys in report.values() for k, e in keys.items() if k != "*"]
-    nbytes, cap_s = _bytes_and_seconds(entries)
+    nbytes, cap_s = _bytes_and_seconds(v.graphs)
     return dict(variant=v.name, rank=rank, status="ok", tokens=tokens,
                 tokens_per_s=statistics.median(per_round), tokens_per_s_per_round=per_round,
                 p50_ms=_percentile(gaps, 50) * 1e3, p99_ms=_percentile(gaps, 99) * 1e3,
