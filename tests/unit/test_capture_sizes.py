@@ -155,8 +155,8 @@ def _memory(sizes):
 def test_graph_memory_of_32_sizes_stays_within_a_quarter_of_the_largest_alone():
     """One pool for every capture, largest first: the pool holds what the largest capture
     needs, and the inputs one buffer each, sized for the largest (no copy per capture)."""
-    alone = _memory([32])
-    many = _memory(list(range(1, 33)))
+    alone = _memory([33])
+    many = _memory(list(range(2, 34)))  # 32 sizes (a batch of 1 is a graph of its own)
     assert many["pool_bytes"] <= 1.25 * alone["pool_bytes"], (many, alone)
     assert many["input_bytes"] == alone["input_bytes"], (many, alone)
 
@@ -202,4 +202,20 @@ def test_declared_sizes_on_a_static_graph_are_ignored_with_a_warning():
     m = _mlp()
     f = _compiled(m, sizes=[2, 4], dynamic=False)
     with torch.no_grad(), pytest.warns(UserWarning, match="capture_sizes is ignored"):
-        f(torch.randn(4, 16))
+        f(torch.randn(3, 16))
+
+
+def test_a_declared_size_dynamo_compiles_apart_is_captured_once(runners):
+    """Dynamo gives a batch of 1 a graph of its own: the dynamic graph captures the declared
+    sizes its guards admit (2 and up), the batch-1 graph captures 1; no size twice, and no
+    warning for the batch-1 graph."""
+    m = _mlp()
+    f = _compiled(m, sizes=[1, 2, 4], pad=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (2, 1, 3, 4, 1):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(f(x), m(x), rtol=1e-6, atol=1e-6)
+    captured = sorted(next(s for s in key[0] if isinstance(s, torch.Size))[0]
+                      for r in runners for key in r.captures)
+    assert captured == [1, 2, 4], captured

@@ -67,6 +67,15 @@ class _Capture:
         self.handed: Optional[HandedOut] = None  # its own outputs (a pool of its own)
 
 
+def _static_batch(examples, user_indices) -> Optional[int]:
+    """Dim 0 of the first user tensor input (a graph traced for one batch size)."""
+    for i in user_indices:
+        x = examples[i] if i < len(examples) else None
+        if isinstance(x, torch.Tensor) and x.dim() > 0 and isinstance(x.size(0), int):
+            return x.size(0)
+    return None
+
+
 class AclGraphRunner:
     """Boxed callable: ``runner(args) -> outputs``."""
 
@@ -104,13 +113,19 @@ class AclGraphRunner:
         self.pad = cfg.get("npugraphex_config.pad_to_capture_size")
         self.batch = find_batch_dim(ctx.gm, ctx.example_inputs, self.user_indices) \
             if self.sizes else None
-        self._declared_pending = bool(self.sizes)
         if self.sizes and self.batch is None:
-            warnings.warn(f"npugraphex_config.capture_sizes is ignored for graph {self.name}: "
-                          f"no input has a dynamic dim 0 (compile with dynamic=True or "
-                          f"torch._dynamo.mark_dynamic the batch dim)", UserWarning, stacklevel=2)
+            if _static_batch(ctx.example_inputs, self.user_indices) not in self.sizes:
+                warnings.warn(f"npugraphex_config.capture_sizes is ignored for graph "
+                              f"{self.name}: no input has a dynamic dim 0 (compile with "
+                              f"dynamic=True or torch._dynamo.mark_dynamic the batch dim)",
+                              UserWarning, stacklevel=2)
+            # else: a declared size Dynamo gave a graph of its own (a batch of 1)
             self.sizes = []
-            self._declared_pending = False
+        elif self.sizes:
+            # sizes this graph's guards do not admit (1: Dynamo specializes it) are another
+            # graph's: capturing them here would capture them twice
+            self.sizes = [n for n in self.sizes if self.batch.accepts(n)]
+        self._declared_pending = bool(self.sizes)
         self._pad_refused = self.batch is not None and bool(
             set(self.batch.tensor_inputs) & set(self.mutated_indices))
         self.capture_count = 0  # captures made, recaptures included (tests and stats)

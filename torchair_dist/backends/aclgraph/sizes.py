@@ -29,6 +29,11 @@ class BatchDim:
     tensor_inputs: Tuple[int, ...]   # inputs whose dim 0 is the batch
     int_inputs: Tuple[int, ...]      # integer inputs equal to the batch size
     outputs: Tuple[int, ...]         # outputs whose dim 0 is the batch
+    lowest: int = 0                  # the sizes the graph was traced for (Dynamo's guards:
+    highest: Optional[int] = None    # size 0 and 1 are usually graphs of their own)
+
+    def accepts(self, size: int) -> bool:
+        return size >= self.lowest and (self.highest is None or size <= self.highest)
 
     def size_of(self, args: Sequence[Any]) -> int:
         return int(args[self.tensor_inputs[0]].size(0))
@@ -52,6 +57,7 @@ def find_batch_dim(gm: torch.fx.GraphModule, examples: Sequence[Any],
                    if i < len(values) and _dim0_symbol(values[i]) is not None), None)
     if symbol is None:
         return None
+    lowest, highest = _range_of(symbol, values)
     tensors = tuple(i for i, v in enumerate(values) if _dim0_symbol(v) == symbol)
     ints = tuple(i for i, v in enumerate(values)
                  if isinstance(v, torch.SymInt) and v.node.expr == symbol)
@@ -61,7 +67,19 @@ def find_batch_dim(gm: torch.fx.GraphModule, examples: Sequence[Any],
         for k, out in enumerate(outs):
             if isinstance(out, torch.fx.Node) and _dim0_symbol(out.meta.get("val")) == symbol:
                 outputs.append(k)
-    return BatchDim(symbol, tensors, ints, tuple(outputs))
+    return BatchDim(symbol, tensors, ints, tuple(outputs), lowest, highest)
+
+
+def _range_of(symbol, values) -> Tuple[int, Optional[int]]:
+    """The batch sizes the graph's guards admit (its shape environment's value range)."""
+    for v in values:
+        if _dim0_symbol(v) == symbol:
+            shape_env = v.size(0).node.shape_env
+            found = shape_env.var_to_range.get(symbol) if shape_env is not None else None
+            if found is None:
+                break
+            return _finite(found.lower) or 0, _finite(found.upper)
+    return 0, None
 
 
 def resized(args: Sequence[Any], batch: BatchDim, size: int) -> List[Any]:
@@ -107,3 +125,11 @@ def check_sizes(sizes: Sequence[int], graph: str) -> List[int]:
         raise ConfigError(f"npugraphex_config.capture_sizes of graph {graph}: {bad} are not "
                           f"positive batch sizes")
     return sorted(set(sizes), reverse=True)
+
+
+def _finite(bound) -> Optional[int]:
+    """A value-range bound as an int; None for an infinite one (sympy's oo, torch's int_oo)."""
+    try:
+        return int(bound)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return None
