@@ -32,7 +32,8 @@ from ..context import GraphContext
 from . import report
 from .entry_code import key_and_entry
 from .outputs import HandedOut
-from .sizes import check_sizes, find_batch_dim, padded_size, resized, sliced
+from .sizes import (captured_elsewhere, check_sizes, find_batch_dim, frame_slot, padded_size,
+                    resized, sliced)
 from .rules import CaptureSkipped, find_uncapturable, skip_message
 
 log = logging.getLogger("torchair_dist")
@@ -126,6 +127,7 @@ class AclGraphRunner:
             # graph's: capturing them here would capture them twice
             self.sizes = [n for n in self.sizes if self.batch.accepts(n)]
         self._declared_pending = bool(self.sizes)
+        self._frame_slot = frame_slot() if self.sizes else None
         self._pad_refused = self.batch is not None and bool(
             set(self.batch.tensor_inputs) & set(self.mutated_indices))
         self.capture_count = 0  # captures made, recaptures included (tests and stats)
@@ -337,12 +339,16 @@ class AclGraphRunner:
         saved = {i: args[i].clone() for i in self._all_mutated if isinstance(args[i], torch.Tensor)}
         show = sys.stderr.isatty()
         started = time.perf_counter()
+        elsewhere = captured_elsewhere(self._frame_slot)
         try:
             for done, size in enumerate(self.sizes):
+                if size in elsewhere and size != self.batch.size_of(args):
+                    continue  # an earlier graph of this frame has it (and gets its calls)
                 sized = resized(args, self.batch, size)
                 key = self.capture_key(sized)
                 if key not in self.captures and len(self.captures) < self.capture_limit:
                     self._capture_call(sized, key, None)
+                    elsewhere.add(size)
                 if show:
                     print(f"\rtorchair_dist: {self.name}: captured size {size} "
                           f"({done + 1}/{len(self.sizes)}, {time.perf_counter() - started:.1f} s)",

@@ -9,16 +9,20 @@ independent (``pad_to_capture_size``), its outputs sliced back; else it runs eag
 only; a call above the largest size runs eagerly too.
 
 The batch dimension is dim 0 of the first graph input whose dim 0 is symbolic (``dynamic=True``
-or ``mark_dynamic``); every input whose dim 0 is that symbol, and every integer input equal to
-it, follows the batch size; every output whose dim 0 is that symbol is sliced back.
+or ``mark_dynamic``); every user input whose dim 0 is that symbol or another symbol that had the
+same value when traced (Dynamo may give each input its own), and every integer input equal to
+one, follows the batch size; every output whose dim 0 is one of them is sliced back. Only the
+sizes all those symbols' ranges admit are captured in this graph.
 """
 from __future__ import annotations
 
 import bisect
 import dataclasses
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
+
+from ...base.util import on_dynamo_reset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,17 +61,39 @@ def find_batch_dim(gm: torch.fx.GraphModule, examples: Sequence[Any],
                    if i < len(values) and _dim0_symbol(values[i]) is not None), None)
     if symbol is None:
         return None
-    lowest, highest = _range_of(symbol, values)
-    tensors = tuple(i for i, v in enumerate(values) if _dim0_symbol(v) == symbol)
+    # Dynamo may give each input its own symbol for the same batch (mark_dynamic, no duck
+    # shaping): every user input whose dim 0 is a symbol with the batch's traced value follows
+    hint = _hint(values, symbol)
+    symbols = {symbol} | {_dim0_symbol(values[i]) for i in user_indices if i < len(values)
+                          and _dim0_symbol(values[i]) is not None
+                          and _hint(values, _dim0_symbol(values[i])) == hint}
+    lowest, highest = 0, None
+    for sym in symbols:
+        low, high = _range_of(sym, values)
+        lowest = max(lowest, low)
+        highest = high if highest is None else (highest if high is None else min(highest, high))
+    tensors = tuple(i for i, v in enumerate(values) if _dim0_symbol(v) in symbols)
     ints = tuple(i for i, v in enumerate(values)
-                 if isinstance(v, torch.SymInt) and v.node.expr == symbol)
+                 if isinstance(v, torch.SymInt) and v.node.expr in symbols)
     outputs: List[int] = []
     for node in gm.graph.find_nodes(op="output"):
         outs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
         for k, out in enumerate(outs):
-            if isinstance(out, torch.fx.Node) and _dim0_symbol(out.meta.get("val")) == symbol:
+            if isinstance(out, torch.fx.Node) and _dim0_symbol(out.meta.get("val")) in symbols:
                 outputs.append(k)
     return BatchDim(symbol, tensors, ints, tuple(outputs), lowest, highest)
+
+
+def _hint(values, symbol) -> Optional[int]:
+    for v in values:
+        if _dim0_symbol(v) == symbol:
+            from ...base.torch_support import symbolic_size_hint
+
+            try:
+                return int(symbolic_size_hint()(v.size(0)))
+            except Exception:  # noqa: BLE001 - no hint: never the batch's
+                return None
+    return None
 
 
 def _range_of(symbol, values) -> Tuple[int, Optional[int]]:
@@ -133,3 +159,33 @@ def _finite(bound) -> Optional[int]:
         return int(bound)
     except (TypeError, ValueError, AttributeError, OverflowError):
         return None
+
+
+# Declared sizes already captured by a graph of the same Dynamo frame: (frame id, the graph's
+# position in its frame compile) -> sizes. A recompile of the frame (another graph for batch 1,
+# a guard that failed) whose guards also admit those sizes does not capture them again at its
+# first call (Dynamo keeps sending them to the graph that has them).
+_CAPTURED: Dict[Tuple[int, int], set] = {}
+_POSITIONS: Dict[Tuple[int, int], int] = {}
+
+
+def frame_slot() -> Optional[Tuple[int, int]]:
+    """(frame id, position among the graphs of this frame compile) of the graph being
+    compiled, or None outside a Dynamo compile."""
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    if compile_id is None or compile_id.frame_id is None:
+        return None
+    key = (compile_id.frame_id, compile_id.frame_compile_id)
+    position = _POSITIONS.get(key, 0)
+    _POSITIONS[key] = position + 1
+    return compile_id.frame_id, position
+
+
+def captured_elsewhere(slot: Optional[Tuple[int, int]]) -> set:
+    return _CAPTURED.setdefault(slot, set()) if slot is not None else set()
+
+
+@on_dynamo_reset
+def _forget() -> None:
+    _CAPTURED.clear()
+    _POSITIONS.clear()
