@@ -125,6 +125,7 @@ _CAPTURE_READS = ("debug.aclgraph.clone_input", "debug.aclgraph.enable_output_cl
                   "debug.aclgraph.disable_mempool_reuse_in_same_fx",
                   "aclgraph_config.use_custom_pool", "npugraphex_config.force_recapture",
                   "npugraphex_config.capture_sizes", "npugraphex_config.pad_to_capture_size",
+                  "npugraphex_config.piecewise", "npugraphex_config.splitting_ops",
                   "experimental_config.frozen_parameter")
 
 _EXPORT_READS = ("export.export_path_dir", "export.export_name", "export.weight_name",

@@ -180,9 +180,17 @@ def capture_step(build: AclBuild) -> AclBuild:
                                             build.opaque)
     if factory is None:
         return build
-    fn, source = build.make_forward(c)
-    runner = AclGraphRunner(fn, c, factory)
-    runner.source = source
+    runner = None
+    if c.config.get("npugraphex_config.piecewise"):
+        from .piecewise import build_piecewise
+
+        device = graph_device_type(c)
+        runner = build_piecewise(c, build.make_forward, factory, device, build.opaque,
+                                 _platform.for_device(device).has_graph_capture)
+    if runner is None:
+        fn, source = build.make_forward(c)
+        runner = AclGraphRunner(fn, c, factory)
+        runner.source = source
     return dataclasses.replace(build, factory=factory,
                                runner=runner if split is None else ValueIntRunner(split, runner))
 
