@@ -130,10 +130,10 @@ def _piece_factory(ctx: GraphContext, factory: CaptureFactory, device: str, opaq
 
 
 def build_piecewise(ctx: GraphContext, make_forward: Callable, factory: CaptureFactory,
-                    device: str, opaque: bool, on_device: bool) -> Optional["PiecewiseRunner"]:
-    """The piecewise runner of ``ctx``'s graph, or None when the graph holds no splitting op
-    (it is then captured whole)."""
-    names = list(ctx.config.get("npugraphex_config.splitting_ops") or [])
+                    names: Sequence[str], device: str, opaque: bool,
+                    on_device: bool) -> Optional["PiecewiseRunner"]:
+    """The piecewise runner of ``ctx``'s graph split at the ops ``names``, or None when the
+    graph holds none of them (it is then captured whole)."""
     part = partition(ctx.gm, names)
     split_ids = {part[n] for n in part if is_splitting_op(n, names)}
     if not split_ids:
