@@ -17,7 +17,8 @@ import torchair_dist
 from torchair_dist.pipeline import stages as pipeline
 from torchair_dist.configs import CompilerConfig, track_option_reads
 from torchair_dist.configs.option import (CallableOption, ChoiceOption,
-                                          DictOption, IntListOption, IntRangeOption, PathOption,
+                                          DictOption, IntListOption, IntRangeOption,
+                                          OpNameListOption, PathOption,
                                           PoolHandleOption, RegexOption, StrOption)
 
 MODES = ("max-autotune", "npugraph_ex")
@@ -47,6 +48,8 @@ def non_default_value(opt, tmp_path):
         return opt.example
     if isinstance(opt, StrOption):
         return "x"
+    if isinstance(opt, OpNameListOption):
+        return ["aten.mm"]
     if isinstance(opt, IntListOption):
         return [1, 2]
     if isinstance(opt, DictOption):

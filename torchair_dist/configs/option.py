@@ -205,6 +205,37 @@ class IntListOption(Option):
         return "a list of ints"
 
 
+class OpNameListOption(Option):
+    """A list of operator names, each ``namespace.op`` or ``namespace.op.overload`` (the way
+    ``str(torch.ops.aten.addmm.default)`` writes it: ``aten.addmm.default``); an op object
+    (``torch.ops.aten.addmm``) is taken as its name. The ops need not exist in this process."""
+
+    kind = "list[op name]"
+    _FORMAT = re.compile(r"^[A-Za-z_]\w*\.[A-Za-z_]\w*(\.[A-Za-z_]\w*)?$")
+
+    def set(self, value):
+        self._raw = [] if value is None else self._check(value)
+
+    def _check(self, value):
+        if not isinstance(value, (list, tuple)):
+            raise self._bad(value, ConfigTypeError)
+        names = []
+        for item in value:
+            name = str(item) if type(item).__name__ in ("OpOverload", "OpOverloadPacket") \
+                else item
+            if not isinstance(name, str) or not self._FORMAT.match(name):
+                raise ConfigError(
+                    f"Invalid value {item!r} in option '{self.name}': an op name is "
+                    f"'namespace.op' or 'namespace.op.overload', for example "
+                    f"'aten.scaled_dot_product_attention' or "
+                    f"'npu.npu_fused_infer_attention_score.default'")
+            names.append(name)
+        return names
+
+    def describe(self) -> str:
+        return "a list of op names ('namespace.op' or 'namespace.op.overload')"
+
+
 class DictOption(Option):
     kind = "dict"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .base import ConfigBase
 from .option import (INT64_MAX, BoolOption, CallableOption, ChoiceOption, DictOption,
-                     IntListOption, IntRangeOption, PathOption, PoolHandleOption, RegexOption,
+                     IntListOption, IntRangeOption, OpNameListOption, PathOption, PoolHandleOption, RegexOption,
                      StrOption)
 
 
@@ -198,6 +198,15 @@ class AclGraphConfig(ConfigBase):
         self._freeze()
 
 
+DEFAULT_SPLITTING_OPS = (
+    "aten.scaled_dot_product_attention", "aten._scaled_dot_product_attention_math",
+    "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_flash_attention_for_cpu",
+    "aten._scaled_dot_product_efficient_attention", "aten._scaled_dot_product_cudnn_attention",
+    "aten._scaled_dot_product_fused_attention_overrideable", "aten._flash_attention_forward",
+    "aten._efficient_attention_forward", "npu.npu_fused_infer_attention_score",
+    "npu.npu_incre_flash_attention", "npu.npu_prompt_flash_attention")
+
+
 class NpuGraphExConfig(ConfigBase):
     """Options of the ``npugraph_ex`` mode itself (TorchAir's split package adds these)."""
 
@@ -214,6 +223,17 @@ class NpuGraphExConfig(ConfigBase):
             False, "rows along the batch dimension are independent: a call whose batch size "
             "is not among capture_sizes is padded up to the next one and its outputs sliced "
             "back (off: that call runs eagerly)")
+        self.piecewise = BoolOption(
+            False, "split each graph at its splitting_ops: the pieces between them are "
+            "captured (per their own shapes, in the graph's one pool) and the splitting ops "
+            "run eagerly between replays, so an attention length that changes every step "
+            "does not make a capture per length (vLLM's piecewise graphs)")
+        self.splitting_ops = OpNameListOption(
+            list(DEFAULT_SPLITTING_OPS), "the ops piecewise splits at, by name "
+            "('namespace.op' matches every overload, 'namespace.op.overload' one); default: "
+            "the SDPA/flash/efficient/cudnn attention aten ops and TorchAir's fused attention "
+            "ops (npu.npu_fused_infer_attention_score, npu.npu_incre_flash_attention, "
+            "npu.npu_prompt_flash_attention)")
         self._freeze()
 
 

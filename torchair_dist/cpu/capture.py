@@ -49,12 +49,13 @@ class EmulatedGraph(CaptureGraph):
 
 
 def capture_factory(gm: torch.fx.GraphModule, graph_name: str, share_pool: bool,
-                    opaque_forward: bool = False) -> Optional[CaptureFactory]:
+                    opaque_forward: bool = False, pool=None) -> Optional[CaptureFactory]:
     """The stand-in capture graphs of one runner, or None to run without capture.
 
     ``opaque_forward``: the forward runs kernels the dispatcher never sees (inductor's), which
     the record stand-in cannot record (it would replay the FX graph's aten ops instead): such a
-    graph gets the emulating stand-in (fixed buffers, the forward runs per replay)."""
+    graph gets the emulating stand-in (fixed buffers, the forward runs per replay).
+    ``pool``: another factory's ``pool`` to join (the pieces of one piecewise graph)."""
     from .record import RecordGraph, RecordPool
 
     stand_in = cpu_capture_mode()
@@ -63,8 +64,11 @@ def capture_factory(gm: torch.fx.GraphModule, graph_name: str, share_pool: bool,
                   "it (the record stand-in only re-issues dispatched ops)", graph_name)
         stand_in = "emulate"
     if stand_in == "record":
-        pool = RecordPool() if share_pool else None
-        return CaptureFactory(lambda: RecordGraph(gm, pool), share_pool)
+        if not share_pool:
+            pool = None
+        elif not isinstance(pool, RecordPool):
+            pool = RecordPool()
+        return CaptureFactory(lambda: RecordGraph(gm, pool), share_pool, pool)
     if stand_in == "emulate":
         return CaptureFactory(EmulatedGraph, False)
     return None

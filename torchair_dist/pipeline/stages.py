@@ -276,6 +276,11 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "integer inputs that only reach tensor ops as values are fed as 0-d tensors and "
           "their host arithmetic runs per call, so one capture serves every value",
           needs="capture"),
+    Stage("piecewise", "torchair_dist.backends.aclgraph.compile:piecewise_step", "backend",
+          "the graph is split at its splitting ops: the pieces between them are captured, "
+          "the splitting ops (attention) run eagerly between replays",
+          gate="npugraphex_config.piecewise", reads=("npugraphex_config.splitting_ops",),
+          needs="capture"),
     Stage("device_capture", "torchair_dist.backends.aclgraph.compile:device_capture_step",
           "backend",
           "NPU/CUDA graph capture itself", reads=("npugraphex_config.capture_error_mode",),
@@ -301,7 +306,8 @@ _ACL = (
     "stream_order_check", "validate",
     "fx_summary", "data_dump", "summary_skips_compile", "run_eagerly", "shm_collectives",
     "compile", "acl_codegen",
-    "acl_dump", "inductor_kernels", "value_ints", "device_capture", "capture", "consistency",
+    "acl_dump", "inductor_kernels", "value_ints", "piecewise", "device_capture", "capture",
+    "consistency",
 )
 _GE = (
     "send_recv", "streams", "aot", "stream_labels", "custom_pre_pass", "remove_noop_ops",

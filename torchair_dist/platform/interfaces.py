@@ -118,11 +118,14 @@ class GeRuntime(abc.ABC):
 
 class CaptureFactory:
     """Makes the :class:`CaptureGraph` objects of one runner; ``shared_pool``: the graphs it
-    makes share one memory pool (a replay may overwrite another capture's outputs)."""
+    makes share one memory pool (a replay may overwrite another capture's outputs); ``pool``:
+    that pool where a factory of another graph can join it (a stand-in's; None: none to
+    join)."""
 
-    def __init__(self, make: Callable[[], CaptureGraph], shared_pool: bool):
+    def __init__(self, make: Callable[[], CaptureGraph], shared_pool: bool, pool: Any = None):
         self.make = make
         self.shared_pool = shared_pool
+        self.pool = pool
 
     def __call__(self) -> CaptureGraph:
         return self.make()

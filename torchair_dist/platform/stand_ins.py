@@ -32,14 +32,15 @@ def platforms_with(capability: str) -> frozenset:
 
 
 def capture_factory(device_type: str, gm, graph_name: str, share_pool: bool,
-                    opaque_forward: bool = False) -> Optional[CaptureFactory]:
+                    opaque_forward: bool = False, pool=None) -> Optional[CaptureFactory]:
     """For a graph whose inputs live on ``device_type`` without a device graph class: the CPU
-    capture stand-in's factory, or None (``off``: the forward runs directly)."""
+    capture stand-in's factory, or None (``off``: the forward runs directly); ``pool``: the
+    ``pool`` of another graph's factory to join."""
     if for_device(device_type).has_graph_capture:
         raise ValueError(f"{device_type} captures device graphs; no stand-in is needed")
     from ..cpu.capture import capture_factory as cpu_factory
 
-    return cpu_factory(gm, graph_name, share_pool, opaque_forward)
+    return cpu_factory(gm, graph_name, share_pool, opaque_forward, pool)
 
 
 _DEVICE_TRANSPORT = CollectiveTransport()

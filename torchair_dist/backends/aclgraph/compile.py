@@ -39,7 +39,8 @@ class AclBuild(Build):
     transport applied); ``make_forward(ctx) -> (fn, source)``: compiles a forward of a graph
     (the codegen's or inductor's); ``opaque``: that forward runs kernels the dispatcher never
     sees (inductor's); ``split``: integer inputs fed as values (``value_ints``);
-    ``factory``: the capture graphs' factory; ``runner``: the capturing runner once built.
+    ``factory``: the capture graphs' factory; ``runner``: the capturing runner once built;
+    ``splitting_ops``: the ops a piecewise graph splits at (``piecewise``; empty: whole).
     """
 
     transport: CollectiveTransport
@@ -50,6 +51,7 @@ class AclBuild(Build):
     split: Any = None
     factory: Optional[CaptureFactory] = None
     runner: Any = None
+    splitting_ops: Tuple[str, ...] = ()
 
     def runner_or_forward(self):
         if self.runner is not None:
@@ -153,6 +155,12 @@ def value_ints_step(build: AclBuild) -> AclBuild:
     return dataclasses.replace(build, split=split_value_ints(_runner_ctx(build).gm))
 
 
+def piecewise_step(build: AclBuild) -> AclBuild:
+    """``piecewise``: the capture step splits the graph at these ops (:mod:`.piecewise`)."""
+    ops = tuple(build.ctx.config.get("npugraphex_config.splitting_ops") or ())
+    return dataclasses.replace(build, splitting_ops=ops)
+
+
 def device_capture_step(build: AclBuild) -> AclBuild:
     """``device_capture``: NPU/CUDA graphs capture a graph whose inputs live on the device."""
     return dataclasses.replace(build, factory=device_factory(_runner_ctx(build)))
@@ -180,9 +188,17 @@ def capture_step(build: AclBuild) -> AclBuild:
                                             build.opaque)
     if factory is None:
         return build
-    fn, source = build.make_forward(c)
-    runner = AclGraphRunner(fn, c, factory)
-    runner.source = source
+    runner = None
+    if build.splitting_ops:
+        from .piecewise import build_piecewise
+
+        device = graph_device_type(c)
+        runner = build_piecewise(c, build.make_forward, factory, build.splitting_ops, device,
+                                 build.opaque, _platform.for_device(device).has_graph_capture)
+    if runner is None:
+        fn, source = build.make_forward(c)
+        runner = AclGraphRunner(fn, c, factory)
+        runner.source = source
     return dataclasses.replace(build, factory=factory,
                                runner=runner if split is None else ValueIntRunner(split, runner))
 

@@ -82,7 +82,10 @@ class AclGraphRunner:
 
     _boxed_call = True
 
-    def __init__(self, forward: Callable, ctx: GraphContext, graph_factory: CaptureFactory):
+    def __init__(self, forward: Callable, ctx: GraphContext, graph_factory: CaptureFactory,
+                 declared_sizes: bool = True):
+        """``declared_sizes=False``: ``capture_sizes`` are served by the caller (a piece of a
+        piecewise graph: the whole graph pads); this runner captures the shapes it is given."""
         cfg = ctx.config
         self.shared_pool = graph_factory.shared_pool
         self.uncapturable = find_uncapturable(ctx.gm)  # a device rule the graph breaks
@@ -110,7 +113,8 @@ class AclGraphRunner:
         self.handed = HandedOut(self.name)
         self._input_storage: Dict[int, Any] = {}  # copied input -> its shared buffer storage
         self._input_dtypes: Dict[int, Any] = {}
-        self.sizes = check_sizes(cfg.get("npugraphex_config.capture_sizes") or [], self.name)
+        self.sizes = check_sizes(cfg.get("npugraphex_config.capture_sizes") or [], self.name) \
+            if declared_sizes else []
         self.pad = cfg.get("npugraphex_config.pad_to_capture_size")
         self.batch = find_batch_dim(ctx.gm, ctx.example_inputs, self.user_indices) \
             if self.sizes else None

@@ -1,0 +1,247 @@
+"""Piecewise graphs (``npugraphex_config.piecewise``): capture the graph between its attention ops.
+
+A decode step's attention reads a KV length that changes every step; captured whole, the graph
+has a new key (a new capture) per length. Split at the ``splitting_ops`` (by default the
+attention ops), the graph becomes pieces: each splitting op alone in a piece that runs eagerly
+(its own FX code, every call), and the pieces between them, each an :class:`AclGraphRunner` of
+its own that captures per *its* input shapes. The pieces around attention see the batch size,
+not the length, so a decode captures once per batch size (vLLM's piecewise CUDA graphs).
+
+* One pool: the captured pieces of one graph get graph factories of one pool (the device's
+  pool handle; the CPU record stand-in's :class:`~torchair_dist.cpu.record.RecordPool`), unless
+  ``debug.aclgraph.disable_mempool_reuse_in_same_fx`` gives each capture its own.
+* Declared ``capture_sizes``: the whole graph pads (its batch dim), once, at the top; the
+  pieces then only see declared sizes, captured at the first call, largest first.
+* Outputs: a piece's outputs are read by the later pieces of the same call, before that piece
+  replays again; the graph's outputs are the pieces' outputs and follow their stale rule (valid
+  until the next call of the graph).
+* Costs: a captured piece copies the inputs it does not own (the eager attention's output, the
+  user's inputs) into its captured buffers on a device, as any captured graph does.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import operator
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+import torch.fx
+from torch.fx.passes.split_module import split_module
+
+from ...passes.graph_info import mutated_input_indices
+from ...platform import stand_ins
+from ...platform.interfaces import CaptureFactory
+from ..context import GraphContext
+from . import report
+from .runner import AclGraphRunner
+from .sizes import check_sizes, find_batch_dim, padded_size, resized, sliced
+
+log = logging.getLogger("torchair_dist")
+
+
+def op_name(target: Any) -> Optional[str]:
+    """``aten.addmm.default`` for ``torch.ops.aten.addmm.default`` (None: not an op)."""
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return str(target)
+    return None
+
+
+def is_splitting_op(node: torch.fx.Node, names: Sequence[str]) -> bool:
+    """``node`` calls an op named in ``names`` (``namespace.op`` matches every overload)."""
+    if node.op != "call_function":
+        return False
+    name = op_name(node.target)
+    if name is None:
+        return False
+    packet = str(node.target.overloadpacket) if isinstance(
+        node.target, torch._ops.OpOverload) else name
+    return name in names or packet in names
+
+
+def partition(gm: torch.fx.GraphModule, names: Sequence[str]) -> Dict[torch.fx.Node, int]:
+    """Each node's piece, in program order: a splitting op (and the items taken out of its
+    result) alone in its piece; the nodes between two splitting ops in one piece."""
+    part: Dict[torch.fx.Node, int] = {}
+    piece = 0
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        if is_splitting_op(node, names):
+            piece += 1
+            part[node] = piece
+            piece += 1
+        elif (node.op == "call_function" and node.target is operator.getitem
+              and isinstance(node.args[0], torch.fx.Node) and node.args[0] in part
+              and is_splitting_op(node.args[0], names)):
+            part[node] = part[node.args[0]]
+        else:
+            part[node] = piece
+    return part
+
+
+@dataclasses.dataclass
+class Piece:
+    """One piece: its graph, whether it is captured, and what runs it."""
+
+    name: str
+    gm: torch.fx.GraphModule
+    captured: bool
+    runner: Any = None  # the piece's AclGraphRunner (captured pieces)
+
+
+class _CapturedPiece(torch.nn.Module):
+    """What the split graph calls for a captured piece: its runner (boxed)."""
+
+    def __init__(self, runner: AclGraphRunner):
+        super().__init__()
+        self.runner = runner
+
+    def forward(self, *args):
+        return tuple(self.runner(list(args)))
+
+
+def _piece_ctx(ctx: GraphContext, split: torch.fx.GraphModule, call: torch.fx.Node,
+               gm: torch.fx.GraphModule, name: str) -> GraphContext:
+    """A piece's context: its example inputs, static inputs (the graph's static inputs it
+    receives) and mutated inputs (computed from its own graph)."""
+    top = {node: i for i, node in enumerate(split.graph.find_nodes(op="placeholder"))}
+    static = set(ctx.static_input_indices)
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    examples = [p.meta.get("val") for p in placeholders]
+    piece_static = [i for i, arg in enumerate(call.args)
+                    if isinstance(arg, torch.fx.Node) and top.get(arg) in static]
+    return dataclasses.replace(ctx, gm=gm, example_inputs=examples,
+                               static_input_indices=piece_static,
+                               mutated_input_indices=mutated_input_indices(gm),
+                               graph_name=name, original_gm=None)
+
+
+def _piece_factory(ctx: GraphContext, factory: CaptureFactory, device: str, opaque: bool,
+                   on_device: bool) -> Optional[CaptureFactory]:
+    """The piece's graph factory, in the pool of the graph's ``factory``: a device factory
+    serves every piece as it is; the CPU stand-in records the piece's own graph."""
+    if on_device:
+        return factory
+    return stand_ins.capture_factory(device, ctx.gm, ctx.graph_name, factory.shared_pool,
+                                     opaque, pool=factory.pool)
+
+
+def build_piecewise(ctx: GraphContext, make_forward: Callable, factory: CaptureFactory,
+                    names: Sequence[str], device: str, opaque: bool,
+                    on_device: bool) -> Optional["PiecewiseRunner"]:
+    """The piecewise runner of ``ctx``'s graph split at the ops ``names``, or None when the
+    graph holds none of them (it is then captured whole)."""
+    part = partition(ctx.gm, names)
+    split_ids = {part[n] for n in part if is_splitting_op(n, names)}
+    if not split_ids:
+        log.debug("%s: piecewise: no splitting op in the graph; captured whole", ctx.graph_name)
+        return None
+    split = split_module(ctx.gm, None, lambda node: part[node], keep_original_order=True,
+                         tuple_return=True)
+    pieces: List[Piece] = []
+    for call in split.graph.find_nodes(op="call_module"):
+        index = int(call.target.rsplit("_", 1)[1])
+        sub = getattr(split, call.target)
+        name = f"{ctx.graph_name}.piece_{index}"
+        if index in split_ids:
+            pieces.append(Piece(name, sub, False))
+            continue
+        pctx = _piece_ctx(ctx, split, call, sub, name)
+        pfactory = _piece_factory(pctx, factory, device, opaque, on_device)
+        runner = AclGraphRunner(make_forward(pctx)[0], pctx, pfactory, declared_sizes=False)
+        setattr(split, call.target, _CapturedPiece(runner))
+        pieces.append(Piece(name, sub, True, runner))
+    split.recompile()
+    log.debug("%s: piecewise: %d pieces, %d run eagerly (%s)", ctx.graph_name, len(pieces),
+              len(split_ids), ", ".join(p.name for p in pieces if not p.captured))
+    return PiecewiseRunner(ctx, split, pieces, make_forward(ctx)[0])
+
+
+class PiecewiseRunner:
+    """Boxed callable: the split graph, calling each captured piece's runner and running the
+    splitting ops eagerly; declared batch sizes are padded here, once for all pieces."""
+
+    _boxed_call = True
+
+    def __init__(self, ctx: GraphContext, split: torch.fx.GraphModule, pieces: List[Piece],
+                 forward: Callable):
+        cfg = ctx.config
+        self.name = ctx.graph_name
+        self.split = split
+        self.pieces = pieces
+        self.forward = forward  # the whole graph uncaptured: for sizes run eagerly
+        self._mutated = sorted(set(ctx.mutated_input_indices))
+        user = [i for i in range(len(ctx.example_inputs))
+                if i not in set(ctx.static_input_indices) | set(self._mutated)]
+        self.sizes = check_sizes(cfg.get("npugraphex_config.capture_sizes") or [], self.name)
+        self.pad = cfg.get("npugraphex_config.pad_to_capture_size")
+        self.batch = find_batch_dim(ctx.gm, ctx.example_inputs, user) if self.sizes else None
+        if self.sizes and self.batch is None:
+            import warnings
+
+            warnings.warn(f"npugraphex_config.capture_sizes is ignored for graph {self.name}: "
+                          f"no input has a dynamic dim 0 (compile with dynamic=True or "
+                          f"torch._dynamo.mark_dynamic the batch dim)", UserWarning, stacklevel=2)
+            self.sizes = []
+        self._pad_refused = self.batch is not None and bool(
+            set(self.batch.tensor_inputs) & set(ctx.mutated_input_indices))
+        self._declared_pending = bool(self.sizes)
+
+    @property
+    def runners(self) -> List[AclGraphRunner]:
+        return [p.runner for p in self.pieces if p.captured]
+
+    @property
+    def capture_count(self) -> int:
+        return sum(r.capture_count for r in self.runners)
+
+    def memory(self) -> Dict[str, Any]:
+        """The pieces' memory summed (``pool_bytes``: the pieces' own figures added up, an
+        upper bound where they share a pool)."""
+        parts = [r.memory() for r in self.runners]
+        pools = [m["pool_bytes"] for m in parts if m["pool_bytes"] is not None]
+        return {"pool_bytes": sum(pools) if pools else None,
+                "input_bytes": sum(m["input_bytes"] for m in parts),
+                "captures": sum(m["captures"] for m in parts)}
+
+    def __call__(self, args: List[Any]):
+        if self._declared_pending:
+            self._capture_declared(args)
+        if self.batch is not None:
+            n = self.batch.size_of(args)
+            if n not in self.sizes:
+                return self._undeclared_size(args, n)
+        return list(self.split(*args))
+
+    def _capture_declared(self, args) -> None:
+        """Run every declared size through the pieces, largest first (each piece captures it),
+        on this call's inputs cut or padded; inputs the graph mutates are restored after."""
+        self._declared_pending = False
+        saved = {i: args[i].clone() for i in self._mutated if isinstance(args[i], torch.Tensor)}
+        started = time.perf_counter()
+        try:
+            for size in self.sizes:
+                self.split(*resized(args, self.batch, size))
+        finally:
+            with torch.no_grad():
+                for i, value in saved.items():
+                    args[i].copy_(value)
+        log.info("%s: piecewise: captured %d declared sizes in %.2f s", self.name,
+                 len(self.sizes), time.perf_counter() - started)
+        if sys.stderr.isatty():
+            print(f"torchair_dist: {self.name}: captured {len(self.sizes)} sizes piecewise",
+                  file=sys.stderr)
+
+    def _undeclared_size(self, args, n: int):
+        target = padded_size(self.sizes, n) if self.pad and not self._pad_refused else None
+        if target is None:
+            why = ("above the largest declared size" if self.pad and not self._pad_refused else
+                   "a mutated input has the batch dim" if self._pad_refused else
+                   "pad_to_capture_size is off")
+            report.eager_call(self.name, n, why)
+            return self.forward(args)
+        report.padded(self.name, n, target)
+        return sliced(list(self.split(*resized(args, self.batch, target))), self.batch, n)
