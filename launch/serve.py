@@ -12,10 +12,11 @@ is served by a scheduler (launch/serving.py): arrived requests take free KV slot
 prefilled eagerly one by one, then one batched decode step runs over the active slots padded
 up to the next of ``--capture-sizes`` (padding rows masked, sliced off). Each variant compiles
 that decode step: eager; ours npugraph_ex (``capture_sizes`` and ``pad_to_capture_size`` set);
-ours npugraph_ex with inductor's kernels; ours max-autotune (GE); ours piecewise (not yet
-available); inductor (torch.compile's default backend); on CUDA torch's CUDA graph trees
-(``mode="reduce-overhead"``). Variants are warmed up (every declared size, largest first),
-then serve the whole stream in turn, ``--rounds`` times, all in this one process.
+ours npugraph_ex with inductor's kernels; ours max-autotune (GE); ours piecewise (npugraph_ex
+split at attention, which runs eagerly between the captured pieces); inductor (torch.compile's
+default backend); on CUDA torch's CUDA graph trees (``mode="reduce-overhead"``). Variants are
+warmed up (every declared size, largest first), then serve the whole stream in turn,
+``--rounds`` times, all in this one process.
 
 Printed per variant (rank 0's timings, every rank's token check): tokens/s over the stream
 (prefills included; median over rounds), per-token latency p50/p99 (time between a request's

@@ -23,7 +23,8 @@ def _captures(row) -> str:
     if row["variant"] in ("eager", "inductor") or row["variant"] == "max-autotune":
         return "-"  # no ACL-graph runner: nothing in capture_report
     most = max(row["captures_per_size"].values(), default=0)
-    return f"{row['captures']} ({row['graphs']} graph, max {most}/size)"
+    per = " per piece" if any(isinstance(k, str) for k in row["captures_per_size"]) else ""
+    return f"{row['captures']} ({row['graphs']} graph, max {most}/size{per})"
 
 
 def command_line(args) -> str:

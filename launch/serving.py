@@ -156,16 +156,18 @@ def _own_code(fn: Callable, tag: str) -> Callable:
                               fn.__closure__)
 
 
-# variant name -> (CompilerConfig.mode, inductor_kernels) for ours
-OURS = {"npugraph_ex": ("npugraph_ex", False),
-        "npugraph_ex+inductor_kernels": ("npugraph_ex", True),
-        "reduce-overhead": ("reduce-overhead", False),
-        "max-autotune": ("max-autotune", False)}
-VARIANTS = ["eager", *OURS, "piecewise", "inductor", "cuda-graph-trees"]
-NOT_YET = {"piecewise": "not yet available (piecewise graphs: issue 38, in progress)"}
+# variant name -> (CompilerConfig.mode, inductor_kernels, piecewise) for ours
+OURS = {"npugraph_ex": ("npugraph_ex", False, False),
+        "npugraph_ex+inductor_kernels": ("npugraph_ex", True, False),
+        "reduce-overhead": ("reduce-overhead", False, False),
+        "max-autotune": ("max-autotune", False, False),
+        "piecewise": ("npugraph_ex", False, True)}
+VARIANTS = ["eager", *OURS, "inductor", "cuda-graph-trees"]
+NOT_YET: Dict[str, str] = {}
 
 
-def ours_backend(mode: str, sizes: Sequence[int], inductor_kernels: bool = False):
+def ours_backend(mode: str, sizes: Sequence[int], inductor_kernels: bool = False,
+                 piecewise: bool = False):
     import torchair_dist
 
     cfg = torchair_dist.CompilerConfig()
@@ -175,6 +177,8 @@ def ours_backend(mode: str, sizes: Sequence[int], inductor_kernels: bool = False
         cfg.npugraphex_config.pad_to_capture_size = True
     if inductor_kernels:
         cfg.experimental_config.inductor_kernels = True
+    if piecewise:  # attention runs eagerly between the captured pieces
+        cfg.npugraphex_config.piecewise = True
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # reduce-overhead is deprecated
         return torchair_dist.get_npu_backend(compiler_config=cfg)
@@ -190,8 +194,8 @@ def make_variant(name: str, model, sizes: Sequence[int]) -> Callable:
     if name == "eager":
         return step
     if name in OURS:
-        mode, kernels = OURS[name]
-        compiled = torch.compile(step, backend=ours_backend(mode, sizes, kernels),
+        mode, kernels, piecewise = OURS[name]
+        compiled = torch.compile(step, backend=ours_backend(mode, sizes, kernels, piecewise),
                                  fullgraph=True)
     elif name in ("inductor", "cuda-graph-trees"):
         compiled = torch.compile(step, fullgraph=True,
@@ -314,11 +318,14 @@ def max_len_for(requests: List[Request]) -> int:
 
 def captures_per_size(report) -> dict:
     """Captures per batch size over all of a variant's graphs (the size is the first integer
-    of the graph key: the batch dimension's value or the first input's shape)."""
+    of the graph key: the batch dimension's value or the first input's shape); a piecewise
+    graph's pieces (``graph_0.piece_2``) count per piece (``"piece_2:8"``)."""
     out = {}
-    for keys in report.values():
+    for graph, keys in report.items():
+        piece = graph.partition(".")[2]
         for key, entry in keys.items():
             m = re.search(r"\d+", key)
             if key != "*" and m:
-                out[int(m.group())] = out.get(int(m.group()), 0) + entry.get("captures", 0)
+                name = f"{piece}:{m.group()}" if piece else int(m.group())
+                out[name] = out.get(name, 0) + entry.get("captures", 0)
     return out

@@ -37,7 +37,8 @@ from ...platform.interfaces import CaptureFactory
 from ..context import GraphContext
 from . import report
 from .runner import AclGraphRunner
-from .sizes import check_sizes, find_batch_dim, padded_size, resized, sliced
+from .sizes import (admitted_sizes, captured_elsewhere, check_sizes, find_batch_dim,
+                    frame_slot, padded_size, resized, sliced)
 
 log = logging.getLogger("torchair_dist")
 
@@ -179,16 +180,11 @@ class PiecewiseRunner:
         self.sizes = check_sizes(cfg.get("npugraphex_config.capture_sizes") or [], self.name)
         self.pad = cfg.get("npugraphex_config.pad_to_capture_size")
         self.batch = find_batch_dim(ctx.gm, ctx.example_inputs, user) if self.sizes else None
-        if self.sizes and self.batch is None:
-            import warnings
-
-            warnings.warn(f"npugraphex_config.capture_sizes is ignored for graph {self.name}: "
-                          f"no input has a dynamic dim 0 (compile with dynamic=True or "
-                          f"torch._dynamo.mark_dynamic the batch dim)", UserWarning, stacklevel=2)
-            self.sizes = []
+        self.sizes = admitted_sizes(self.sizes, self.batch, ctx.example_inputs, user, self.name)
         self._pad_refused = self.batch is not None and bool(
             set(self.batch.tensor_inputs) & set(ctx.mutated_input_indices))
         self._declared_pending = bool(self.sizes)
+        self._frame_slot = frame_slot() if self.sizes else None
 
     @property
     def runners(self) -> List[AclGraphRunner]:
@@ -222,9 +218,13 @@ class PiecewiseRunner:
         self._declared_pending = False
         saved = {i: args[i].clone() for i in self._mutated if isinstance(args[i], torch.Tensor)}
         started = time.perf_counter()
+        elsewhere = captured_elsewhere(self._frame_slot)
         try:
             for size in self.sizes:
+                if size in elsewhere and size != self.batch.size_of(args):
+                    continue  # an earlier graph of this frame has it (and gets its calls)
                 self.split(*resized(args, self.batch, size))
+                elsewhere.add(size)
         finally:
             with torch.no_grad():
                 for i, value in saved.items():

@@ -32,8 +32,8 @@ from ..context import GraphContext
 from . import report
 from .entry_code import key_and_entry
 from .outputs import HandedOut
-from .sizes import (captured_elsewhere, check_sizes, find_batch_dim, frame_slot, padded_size,
-                    resized, sliced)
+from .sizes import (admitted_sizes, captured_elsewhere, check_sizes, find_batch_dim, frame_slot,
+                    padded_size, resized, sliced)
 from .rules import CaptureSkipped, find_uncapturable, skip_message
 
 log = logging.getLogger("torchair_dist")
@@ -66,15 +66,6 @@ class _Capture:
         self.seconds = 0.0
         self.bytes: Optional[int] = None
         self.handed: Optional[HandedOut] = None  # its own outputs (a pool of its own)
-
-
-def _static_batch(examples, user_indices) -> Optional[int]:
-    """Dim 0 of the first user tensor input (a graph traced for one batch size)."""
-    for i in user_indices:
-        x = examples[i] if i < len(examples) else None
-        if isinstance(x, torch.Tensor) and x.dim() > 0 and isinstance(x.size(0), int):
-            return x.size(0)
-    return None
 
 
 class AclGraphRunner:
@@ -118,18 +109,8 @@ class AclGraphRunner:
         self.pad = cfg.get("npugraphex_config.pad_to_capture_size")
         self.batch = find_batch_dim(ctx.gm, ctx.example_inputs, self.user_indices) \
             if self.sizes else None
-        if self.sizes and self.batch is None:
-            if _static_batch(ctx.example_inputs, self.user_indices) not in self.sizes:
-                warnings.warn(f"npugraphex_config.capture_sizes is ignored for graph "
-                              f"{self.name}: no input has a dynamic dim 0 (compile with "
-                              f"dynamic=True or torch._dynamo.mark_dynamic the batch dim)",
-                              UserWarning, stacklevel=2)
-            # else: a declared size Dynamo gave a graph of its own (a batch of 1)
-            self.sizes = []
-        elif self.sizes:
-            # sizes this graph's guards do not admit (1: Dynamo specializes it) are another
-            # graph's: capturing them here would capture them twice
-            self.sizes = [n for n in self.sizes if self.batch.accepts(n)]
+        self.sizes = admitted_sizes(self.sizes, self.batch, ctx.example_inputs,
+                                    self.user_indices, self.name)
         self._declared_pending = bool(self.sizes)
         self._frame_slot = frame_slot() if self.sizes else None
         self._pad_refused = self.batch is not None and bool(

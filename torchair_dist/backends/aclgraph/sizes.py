@@ -142,6 +142,27 @@ def padded_size(sizes: Sequence[int], n: int) -> Optional[int]:
     return ordered[at] if at < len(ordered) else None
 
 
+def admitted_sizes(sizes: Sequence[int], batch: Optional[BatchDim], examples: Sequence[Any],
+                   user_indices: Sequence[int], graph: str) -> List[int]:
+    """The declared sizes this graph captures: those its guards admit (1 is usually a graph
+    of its own). A graph without a dynamic batch dim captures none, with a warning unless it
+    was traced for one of the declared sizes (Dynamo's graph for a batch of 1)."""
+    if not sizes:
+        return []
+    if batch is None:
+        static = next((x.size(0) for i in user_indices if i < len(examples)
+                       for x in [examples[i]] if isinstance(x, torch.Tensor) and x.dim() > 0
+                       and isinstance(x.size(0), int)), None)
+        if static not in sizes:
+            import warnings
+
+            warnings.warn(f"npugraphex_config.capture_sizes is ignored for graph {graph}: no "
+                          f"input has a dynamic dim 0 (compile with dynamic=True or "
+                          f"torch._dynamo.mark_dynamic the batch dim)", UserWarning, stacklevel=3)
+        return []
+    return [n for n in sizes if batch.accepts(n)]
+
+
 def check_sizes(sizes: Sequence[int], graph: str) -> List[int]:
     """The declared sizes, largest first; each must be a positive int."""
     bad = [s for s in sizes if not isinstance(s, int) or s < 1]
