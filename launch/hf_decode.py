@@ -191,22 +191,22 @@ class CompileStats:
 @contextlib.contextmanager
 def _watch_acl_runners(runners: list):
     """Record every runner the ACL-graph backend builds inside the block (for its
-    ``capture_count``); the backend object's ``compile`` is wrapped, then restored."""
+    ``capture_count``); the backend object's ``finish`` is wrapped, then restored."""
     from torchair_dist.backends import aclgraph
 
     backend = aclgraph.BACKEND
-    original = backend.compile
+    original = backend.finish
 
-    def recording(ctx):
-        runner = original(ctx)
-        runners.append(runner)
-        return runner
+    def recording(build):
+        compiled = original(build)
+        runners.append(compiled.runner)
+        return compiled
 
-    backend.compile = recording
+    backend.finish = recording
     try:
         yield runners
     finally:
-        del backend.compile  # the class's method again
+        del backend.finish  # the class's method again
 
 
 def median_us(times: List[float]) -> float:

@@ -4,7 +4,7 @@ import os
 import pytest
 
 from torchair_dist import CompilerConfig
-from torchair_dist.configs.option import (BoolOption, CallableOption, ChoiceOption,
+from torchair_dist.configs.option import (BoolOption, CallableOption, ChoiceOption, OpNameListOption,
                                           DictOption, IntListOption, IntRangeOption, PathOption,
                                           PoolHandleOption, RegexOption, StrOption)
 from torchair_dist.errors import ConfigError, TorchairDistError
@@ -33,6 +33,8 @@ def _valid_value(opt):
         return opt.lo if opt.raw != opt.lo else opt.lo + 1
     if isinstance(opt, IntListOption):
         return [1, 2]
+    if isinstance(opt, OpNameListOption):
+        return ["aten.mm", "npu.npu_fused_infer_attention_score.default"]
     if isinstance(opt, DictOption):
         return {"k": 1}
     if isinstance(opt, CallableOption):
@@ -63,6 +65,8 @@ def _invalid_value(opt):
         return 3.5 if not isinstance(opt, IntListOption) else ["a"]
     if isinstance(opt, PoolHandleOption):
         return "pool"
+    if isinstance(opt, OpNameListOption):
+        return ["mm"]  # not namespace.op
     raise AssertionError(f"no invalid sample for {type(opt)}")
 
 

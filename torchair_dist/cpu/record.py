@@ -46,7 +46,7 @@ from ..platform.interfaces import CaptureGraph, CaptureSkipped, Uncapturable
 from ..streams.rewrite import where
 from ..base.util import without_function_modes
 from .bindings import fast_call as _fast_call
-from .concurrency import reordered_body, stream_order
+from .concurrency import _tensors, reordered_body, stream_order
 
 
 _HOST_CALLS = ("barrier", "monitored_barrier")
@@ -373,16 +373,6 @@ class RecordGraph(CaptureGraph):
         pool = self.pool
         if pool is not None and pool.graphs and pool.graphs[-1]() is not self:  # a later one
             pool.clobber_after(self)
-
-
-def _tensors(value) -> List[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []
 
 
 def _peak_bytes(entries, inputs, outputs) -> int:

@@ -35,10 +35,9 @@ from ...passes.graph_info import mutated_input_indices
 from ...platform import stand_ins
 from ...platform.interfaces import CaptureFactory
 from ..context import GraphContext
-from . import report
 from .runner import AclGraphRunner
 from .sizes import (admitted_sizes, captured_elsewhere, check_sizes, find_batch_dim,
-                    frame_slot, padded_size, resized, sliced)
+                    frame_slot, resized, undeclared_call)
 
 log = logging.getLogger("torchair_dist")
 
@@ -236,12 +235,5 @@ class PiecewiseRunner:
                   file=sys.stderr)
 
     def _undeclared_size(self, args, n: int):
-        target = padded_size(self.sizes, n) if self.pad and not self._pad_refused else None
-        if target is None:
-            why = ("above the largest declared size" if self.pad and not self._pad_refused else
-                   "a mutated input has the batch dim" if self._pad_refused else
-                   "pad_to_capture_size is off")
-            report.eager_call(self.name, n, why)
-            return self.forward(args)
-        report.padded(self.name, n, target)
-        return sliced(list(self.split(*resized(args, self.batch, target))), self.batch, n)
+        return undeclared_call(self.name, self.sizes, self.pad, self._pad_refused, self.batch,
+                               args, n, lambda a: self.split(*a), self.forward)

@@ -33,7 +33,7 @@ from . import report
 from .entry_code import key_and_entry
 from .outputs import HandedOut
 from .sizes import (admitted_sizes, captured_elsewhere, check_sizes, find_batch_dim, frame_slot,
-                    padded_size, resized, sliced)
+                    resized, undeclared_call)
 from .rules import CaptureSkipped, find_uncapturable, skip_message
 
 log = logging.getLogger("torchair_dist")
@@ -350,15 +350,8 @@ class AclGraphRunner:
 
     def _undeclared_size(self, args, n: int):
         """A batch of ``n`` rows, not a declared size: padded up and sliced back, or eager."""
-        target = padded_size(self.sizes, n) if self.pad and not self._pad_refused else None
-        if target is None:
-            why = ("above the largest declared size" if self.pad and not self._pad_refused else
-                   "a mutated input has the batch dim" if self._pad_refused else
-                   "pad_to_capture_size is off")
-            report.eager_call(self.name, n, why)
-            return self.forward(args)
-        report.padded(self.name, n, target)
-        return sliced(self._call(resized(args, self.batch, target)), self.batch, n)
+        return undeclared_call(self.name, self.sizes, self.pad, self._pad_refused, self.batch,
+                               args, n, self._call, self.forward)
 
     # -- memory -----------------------------------------------------------------------------
     def _input_buffer(self, i: int, x: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -133,6 +133,24 @@ def sliced(outputs: Sequence[Any], batch: BatchDim, n: int) -> List[Any]:
         if isinstance(out[k], torch.Tensor):
             out[k] = out[k][:n]
     return out
+
+
+def undeclared_call(graph: str, sizes: Sequence[int], pad: bool, pad_refused: bool,
+                    batch: BatchDim, args: Sequence[Any], n: int, run: Callable,
+                    eager: Callable) -> List[Any]:
+    """A call of ``n`` rows, not a declared size: ``run`` on it padded up to the next declared
+    size and its outputs sliced back; else (padding off or refused, ``n`` above the largest)
+    ``eager`` on it, that call only. Both are counted in the capture summary."""
+    from . import report
+
+    target = padded_size(sizes, n) if pad and not pad_refused else None
+    if target is None:
+        why = ("a mutated input has the batch dim" if pad_refused else
+               "above the largest declared size" if pad else "pad_to_capture_size is off")
+        report.eager_call(graph, n, why)
+        return eager(args)
+    report.padded(graph, n, target)
+    return sliced(list(run(resized(args, batch, target))), batch, n)
 
 
 def padded_size(sizes: Sequence[int], n: int) -> Optional[int]:
