@@ -255,6 +255,11 @@ def as_ge_returns(outs: List[Any], inputs: Sequence[Any]) -> List[Any]:
     return outs
 
 
+def _fresh(value: Any) -> Any:
+    """A graph input returned as an output: a copy (an effect token fed as None stays None)."""
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
 def _shares_an_input(out: torch.Tensor, inputs: Sequence[Any]) -> bool:
     ptr = out.untyped_storage().data_ptr()
     return any(isinstance(i, torch.Tensor) and i.untyped_storage().data_ptr() == ptr
@@ -317,7 +322,8 @@ def generate(model: ModelDef, device: torch.device = torch.device("cpu"), overla
                 lines.append("_finish()")
             scope["_as_ge_returns"] = as_ge_returns
             data_vars = {var[f"{o.name}:0"] for o in order if o.type in ("Data", "RefData")}
-            outs = [f"{a}.clone()" if a in data_vars else a for a in args]
+            scope["_fresh"] = _fresh
+            outs = [f"_fresh({a})" if a in data_vars else a for a in args]
             lines.append(f"return _as_ge_returns([{', '.join(outs)}], inputs)")
             break
         factory = KERNELS.get(op.type)
