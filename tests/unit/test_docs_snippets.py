@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import glob
 import os
+import types
+import sys
 import re
 from typing import List, NamedTuple, Optional
 
@@ -81,8 +83,11 @@ def test_snippet_runs(snippet: Snippet, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code = compile(snippet.code, os.path.join(ROOT, snippet.page) + f" (block at line {snippet.line})",
                    "exec")
-    namespace = {"__name__": "__docs_snippet__"}
+    # the snippet runs as a module of its own, importable by name (torch 2.11's Dynamo imports
+    # the module a custom op's function was defined in)
+    module = types.ModuleType("__docs_snippet__")
+    monkeypatch.setitem(sys.modules, "__docs_snippet__", module)
     try:
-        exec(code, namespace)
+        exec(code, module.__dict__)
     finally:
         torch._dynamo.reset()

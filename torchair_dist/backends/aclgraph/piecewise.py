@@ -95,12 +95,29 @@ class Piece:
 class _CapturedPiece(torch.nn.Module):
     """What the split graph calls for a captured piece: its runner (boxed)."""
 
-    def __init__(self, runner: AclGraphRunner):
+    def __init__(self, runner: AclGraphRunner, single: bool):
         super().__init__()
         self.runner = runner
+        self.single = single  # the piece returns one value, not a tuple (torch 2.11's split)
 
     def forward(self, *args):
-        return tuple(self.runner(list(args)))
+        outs = self.runner(list(args))
+        return outs[0] if self.single else tuple(outs)
+
+
+def _split(gm: torch.fx.GraphModule, part: Dict[torch.fx.Node, int]) -> torch.fx.GraphModule:
+    """``split_module`` in the graph's order; pieces return tuples where torch can say so
+    (``tuple_return``, torch 2.13+), else a one-output piece returns its value."""
+    import inspect
+
+    extra = {"tuple_return": True} if "tuple_return" in inspect.signature(
+        split_module).parameters else {}
+    return split_module(gm, None, lambda node: part[node], keep_original_order=True, **extra)
+
+
+def _returns_one(gm: torch.fx.GraphModule) -> bool:
+    (output,) = gm.graph.find_nodes(op="output")
+    return not isinstance(output.args[0], (tuple, list))
 
 
 def _piece_ctx(ctx: GraphContext, split: torch.fx.GraphModule, call: torch.fx.Node,
@@ -139,8 +156,7 @@ def build_piecewise(ctx: GraphContext, make_forward: Callable, factory: CaptureF
     if not split_ids:
         log.debug("%s: piecewise: no splitting op in the graph; captured whole", ctx.graph_name)
         return None
-    split = split_module(ctx.gm, None, lambda node: part[node], keep_original_order=True,
-                         tuple_return=True)
+    split = _split(ctx.gm, part)
     pieces: List[Piece] = []
     for call in split.graph.find_nodes(op="call_module"):
         index = int(call.target.rsplit("_", 1)[1])
@@ -152,7 +168,7 @@ def build_piecewise(ctx: GraphContext, make_forward: Callable, factory: CaptureF
         pctx = _piece_ctx(ctx, split, call, sub, name)
         pfactory = _piece_factory(pctx, factory, device, opaque, on_device)
         runner = AclGraphRunner(make_forward(pctx)[0], pctx, pfactory, declared_sizes=False)
-        setattr(split, call.target, _CapturedPiece(runner))
+        setattr(split, call.target, _CapturedPiece(runner, _returns_one(sub)))
         pieces.append(Piece(name, sub, True, runner))
     split.recompile()
     log.debug("%s: piecewise: %d pieces, %d run eagerly (%s)", ctx.graph_name, len(pieces),
