@@ -23,8 +23,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import operator
-import sys
-import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -36,8 +34,7 @@ from ...platform import stand_ins
 from ...platform.interfaces import CaptureFactory
 from ..context import GraphContext
 from .runner import AclGraphRunner
-from .sizes import (admitted_sizes, captured_elsewhere, check_sizes, find_batch_dim,
-                    frame_slot, resized, undeclared_call)
+from .sizes import DeclaredSizes
 
 log = logging.getLogger("torchair_dist")
 
@@ -192,14 +189,8 @@ class PiecewiseRunner:
         self._mutated = sorted(set(ctx.mutated_input_indices))
         user = [i for i in range(len(ctx.example_inputs))
                 if i not in set(ctx.static_input_indices) | set(self._mutated)]
-        self.sizes = check_sizes(cfg.get("npugraphex_config.capture_sizes") or [], self.name)
-        self.pad = cfg.get("npugraphex_config.pad_to_capture_size")
-        self.batch = find_batch_dim(ctx.gm, ctx.example_inputs, user) if self.sizes else None
-        self.sizes = admitted_sizes(self.sizes, self.batch, ctx.example_inputs, user, self.name)
-        self._pad_refused = self.batch is not None and bool(
-            set(self.batch.tensor_inputs) & set(ctx.mutated_input_indices))
-        self._declared_pending = bool(self.sizes)
-        self._frame_slot = frame_slot() if self.sizes else None
+        self.declared = DeclaredSizes(cfg, ctx.gm, ctx.example_inputs, user, self._mutated,
+                                      self.name)
 
     @property
     def runners(self) -> List[AclGraphRunner]:
@@ -219,37 +210,9 @@ class PiecewiseRunner:
                 "captures": sum(m["captures"] for m in parts)}
 
     def __call__(self, args: List[Any]):
-        if self._declared_pending:
-            self._capture_declared(args)
-        if self.batch is not None:
-            n = self.batch.size_of(args)
-            if n not in self.sizes:
-                return self._undeclared_size(args, n)
-        return list(self.split(*args))
+        declared = self.declared
+        if declared.pending:  # each piece captures every declared size
+            declared.capture(args, lambda sized, size: self.split(*sized) is not None)
+        routed = declared.route(args, lambda a: self.split(*a), self.forward)
+        return list(self.split(*args)) if routed is None else routed
 
-    def _capture_declared(self, args) -> None:
-        """Run every declared size through the pieces, largest first (each piece captures it),
-        on this call's inputs cut or padded; inputs the graph mutates are restored after."""
-        self._declared_pending = False
-        saved = {i: args[i].clone() for i in self._mutated if isinstance(args[i], torch.Tensor)}
-        started = time.perf_counter()
-        elsewhere = captured_elsewhere(self._frame_slot)
-        try:
-            for size in self.sizes:
-                if size in elsewhere and size != self.batch.size_of(args):
-                    continue  # an earlier graph of this frame has it (and gets its calls)
-                self.split(*resized(args, self.batch, size))
-                elsewhere.add(size)
-        finally:
-            with torch.no_grad():
-                for i, value in saved.items():
-                    args[i].copy_(value)
-        log.info("%s: piecewise: captured %d declared sizes in %.2f s", self.name,
-                 len(self.sizes), time.perf_counter() - started)
-        if sys.stderr.isatty():
-            print(f"torchair_dist: {self.name}: captured {len(self.sizes)} sizes piecewise",
-                  file=sys.stderr)
-
-    def _undeclared_size(self, args, n: int):
-        return undeclared_call(self.name, self.sizes, self.pad, self._pad_refused, self.batch,
-                               args, n, lambda a: self.split(*a), self.forward)

@@ -19,7 +19,6 @@ Each capture's time and bytes go to the capture report.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional
@@ -32,8 +31,7 @@ from ..context import GraphContext
 from . import report
 from .entry_code import key_and_entry
 from .outputs import HandedOut
-from .sizes import (admitted_sizes, captured_elsewhere, check_sizes, find_batch_dim, frame_slot,
-                    resized, undeclared_call)
+from .sizes import DeclaredSizes
 from .rules import CaptureSkipped, find_uncapturable, skip_message
 
 log = logging.getLogger("torchair_dist")
@@ -104,17 +102,9 @@ class AclGraphRunner:
         self.handed = HandedOut(self.name)
         self._input_storage: Dict[int, Any] = {}  # copied input -> its shared buffer storage
         self._input_dtypes: Dict[int, Any] = {}
-        self.sizes = check_sizes(cfg.get("npugraphex_config.capture_sizes") or [], self.name) \
-            if declared_sizes else []
-        self.pad = cfg.get("npugraphex_config.pad_to_capture_size")
-        self.batch = find_batch_dim(ctx.gm, ctx.example_inputs, self.user_indices) \
-            if self.sizes else None
-        self.sizes = admitted_sizes(self.sizes, self.batch, ctx.example_inputs,
-                                    self.user_indices, self.name)
-        self._declared_pending = bool(self.sizes)
-        self._frame_slot = frame_slot() if self.sizes else None
-        self._pad_refused = self.batch is not None and bool(
-            set(self.batch.tensor_inputs) & set(self.mutated_indices))
+        # declared capture sizes (npugraphex_config.capture_sizes): padding, eager calls
+        self.declared = DeclaredSizes(cfg, ctx.gm, ctx.example_inputs, self.user_indices,
+                                      self._all_mutated, self.name, declared_sizes)
         self.capture_count = 0  # captures made, recaptures included (tests and stats)
         self._shape_keys: Dict[Any, str] = {}  # shape part of a key -> its report name
         # key -> the ``fast`` tuple of a capture that needs no check per call (_install_fast)
@@ -167,12 +157,13 @@ class AclGraphRunner:
             return self.forward(args)
         if self.uncapturable is not None:
             return self._uncaptured(args)
-        if self._declared_pending:
-            self._capture_declared(args)
-        if self.batch is not None:
-            n = self.batch.size_of(args)
-            if n not in self.sizes:
-                return self._undeclared_size(args, n)
+        declared = self.declared
+        if declared.pending:
+            declared.capture(args, self._capture_declared)
+        if declared.batch is not None:
+            routed = declared.route(args, self._call, self.forward)
+            if routed is not None:
+                return routed
         key = self.capture_key(args)
         cap = self.captures.get(key)
         if cap is None or self.force_recapture or (cap.pinned_ptrs and
@@ -316,42 +307,13 @@ class AclGraphRunner:
         return self.forward(args)
 
     # -- declared sizes ---------------------------------------------------------------------
-    def _capture_declared(self, args) -> None:
-        """Capture every declared size, largest first, from this call's inputs cut or padded
-        to each size. Inputs the graph mutates are restored afterwards (the captures run the
-        graph on made-up rows)."""
-        self._declared_pending = False
-        saved = {i: args[i].clone() for i in self._all_mutated if isinstance(args[i], torch.Tensor)}
-        show = sys.stderr.isatty()
-        started = time.perf_counter()
-        elsewhere = captured_elsewhere(self._frame_slot)
-        try:
-            for done, size in enumerate(self.sizes):
-                if size in elsewhere and size != self.batch.size_of(args):
-                    continue  # an earlier graph of this frame has it (and gets its calls)
-                sized = resized(args, self.batch, size)
-                key = self.capture_key(sized)
-                if key not in self.captures and len(self.captures) < self.capture_limit:
-                    self._capture_call(sized, key, None)
-                    elsewhere.add(size)
-                if show:
-                    print(f"\rtorchair_dist: {self.name}: captured size {size} "
-                          f"({done + 1}/{len(self.sizes)}, {time.perf_counter() - started:.1f} s)",
-                          end="", file=sys.stderr, flush=True)
-            if show:
-                print(file=sys.stderr)
-        finally:
-            with torch.no_grad():
-                for i, value in saved.items():
-                    args[i].copy_(value)
-        log.info("%s: captured %d declared sizes in %.2f s (%s bytes in the pool model)",
-                 self.name, len(self.sizes), time.perf_counter() - started,
-                 self.memory().get("pool_bytes"))
-
-    def _undeclared_size(self, args, n: int):
-        """A batch of ``n`` rows, not a declared size: padded up and sliced back, or eager."""
-        return undeclared_call(self.name, self.sizes, self.pad, self._pad_refused, self.batch,
-                               args, n, self._call, self.forward)
+    def _capture_declared(self, sized: List[Any], size: int) -> bool:
+        """One declared size's capture (DeclaredSizes.capture); False: not captured here."""
+        key = self.capture_key(sized)
+        if key in self.captures or len(self.captures) >= self.capture_limit:
+            return False
+        self._capture_call(sized, key, None)
+        return True
 
     # -- memory -----------------------------------------------------------------------------
     def _input_buffer(self, i: int, x: torch.Tensor) -> torch.Tensor:

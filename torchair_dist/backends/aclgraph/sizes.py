@@ -20,9 +20,13 @@ import bisect
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import logging
+
 import torch
 
 from ...base.util import on_dynamo_reset
+
+log = logging.getLogger("torchair_dist")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,3 +232,66 @@ def captured_elsewhere(slot: Optional[Tuple[int, int]]) -> set:
 def _forget() -> None:
     _CAPTURED.clear()
     _POSITIONS.clear()
+
+
+class DeclaredSizes:
+    """A graph's declared capture sizes, and how a call is served by them: the one place both
+    the capturing runner and the piecewise runner ask (``npugraphex_config.capture_sizes``).
+
+    ``capture(args, run)``: at the first call, ``run`` on ``args`` cut or padded to each
+    size this graph admits, largest first (sizes an earlier graph of the Dynamo frame holds
+    are left to it); inputs the graph mutates are restored afterwards. ``route(args, run,
+    eager)``: None for a declared size (the caller serves it), else the padded or eager
+    result of that call."""
+
+    def __init__(self, config, gm, examples, user_indices, mutated_indices, graph: str,
+                 enabled: bool = True):
+        self.graph = graph
+        sizes = check_sizes(config.get("npugraphex_config.capture_sizes") or [], graph) \
+            if enabled else []
+        self.pad = config.get("npugraphex_config.pad_to_capture_size")
+        self.batch = find_batch_dim(gm, examples, user_indices) if sizes else None
+        self.sizes = admitted_sizes(sizes, self.batch, examples, user_indices, graph)
+        self.mutated = sorted(set(mutated_indices))
+        self.pad_refused = self.batch is not None and bool(
+            set(self.batch.tensor_inputs) & set(self.mutated))
+        self.pending = bool(self.sizes)
+        self.slot = frame_slot() if self.sizes else None
+
+    def capture(self, args: Sequence[Any], run: Callable[[List[Any], int], bool]) -> None:
+        """``run(sized_args, size) -> captured?`` for every size still to capture."""
+        import sys
+        import time
+
+        self.pending = False
+        saved = {i: args[i].clone() for i in self.mutated if isinstance(args[i], torch.Tensor)}
+        elsewhere = captured_elsewhere(self.slot)
+        show = sys.stderr.isatty()
+        started = time.perf_counter()
+        try:
+            for done, size in enumerate(self.sizes):
+                if size in elsewhere and size != self.batch.size_of(args):
+                    continue  # an earlier graph of this frame has it (and gets its calls)
+                if run(resized(args, self.batch, size), size):
+                    elsewhere.add(size)
+                if show:
+                    print(f"\rtorchair_dist: {self.graph}: captured size {size} "
+                          f"({done + 1}/{len(self.sizes)}, {time.perf_counter() - started:.1f} s)",
+                          end="", file=sys.stderr, flush=True)
+            if show:
+                print(file=sys.stderr)
+        finally:
+            with torch.no_grad():
+                for i, value in saved.items():
+                    args[i].copy_(value)
+        log.info("%s: captured %d declared sizes in %.2f s", self.graph, len(self.sizes),
+                 time.perf_counter() - started)
+
+    def route(self, args: Sequence[Any], run: Callable, eager: Callable):
+        if self.batch is None:
+            return None
+        n = self.batch.size_of(args)
+        if n in self.sizes:
+            return None
+        return undeclared_call(self.graph, self.sizes, self.pad, self.pad_refused, self.batch,
+                               args, n, run, eager)
