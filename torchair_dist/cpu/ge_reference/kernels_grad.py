@@ -28,7 +28,7 @@ def _conv_input_grad(spec: OpSpec):
     stride, pad, dilation, groups = _nchw_geometry(spec)
 
     def run(input_size, w, grad):
-        x = torch.zeros(ints(input_size), dtype=grad.dtype)
+        x = grad.new_empty(ints(input_size))  # only its shape is read for the input grad
         return aten.convolution_backward(grad, x, w, None, stride, pad, dilation, False, [0, 0],
                                          groups, [True, False, False])[0]
     return run
@@ -39,7 +39,7 @@ def _conv_filter_grad(spec: OpSpec):
     stride, pad, dilation, groups = _nchw_geometry(spec)
 
     def run(x, filter_size, grad):
-        w = torch.zeros(ints(filter_size), dtype=grad.dtype)
+        w = grad.new_empty(ints(filter_size))  # only its shape is read for the filter grad
         return aten.convolution_backward(grad, x, w, None, stride, pad, dilation, False, [0, 0],
                                          groups, [False, True, False])[1]
     return run
