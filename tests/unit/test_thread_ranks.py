@@ -214,3 +214,33 @@ def test_a_thread_rank_that_ended_is_named_by_its_peer():
         return time.monotonic() - start
 
     assert on_thread_ranks(body)[0] < 10
+
+
+
+@pytest.mark.timeout(240)
+def test_declared_capture_sizes_are_captured_on_every_thread_rank():
+    """Each thread rank compiles the same code (one Dynamo frame) with declared capture sizes:
+    a frame's captured sizes are the calling rank's, so every rank captures every size in its
+    own graph (the same captures, and collectives, in the same order on every rank); padded
+    calls equal eager on every rank."""
+    import torchair_dist
+
+    def step(x):
+        return funcol.all_reduce(x * 2, "sum", group=dist.group.WORLD) + x
+
+    def body(rank):
+        cfg = CompilerConfig()
+        cfg.mode = "npugraph_ex"
+        cfg.npugraphex_config.capture_sizes = [2, 4, 8]
+        cfg.npugraphex_config.pad_to_capture_size = True
+        fn = torch.compile(step, backend=get_npu_backend(compiler_config=cfg), dynamic=True)
+        for n in (4, 3, 8, 5):
+            x = torch.arange(n * 3, dtype=torch.float32).reshape(n, 3) + rank
+            torch.testing.assert_close(fn(x), step(x), rtol=0, atol=0)
+        return True
+
+    torchair_dist.reset_capture_report()
+    assert on_thread_ranks(body) == {0: True, 1: True}
+    summary = torchair_dist.capture_summary()
+    assert sum(g.get("captures", 0) for g in summary.values()) == 6, summary  # 3 sizes x 2 ranks
+    assert not any(g.get("eager") for g in summary.values()), summary

@@ -204,27 +204,32 @@ def _finite(bound) -> Optional[int]:
         return None
 
 
-# Declared sizes already captured by a graph of the same Dynamo frame: (frame id, the graph's
+# Declared sizes already captured by a graph of the same Dynamo frame: (calling rank, frame id,
 # position in its frame compile) -> sizes. A recompile of the frame (another graph for batch 1,
 # a guard that failed) whose guards also admit those sizes does not capture them again at its
 # first call (Dynamo keeps sending them to the graph that has them).
-_CAPTURED: Dict[Tuple[int, int], set] = {}
-_POSITIONS: Dict[Tuple[int, int], int] = {}
+_CAPTURED: Dict[Tuple[Any, ...], set] = {}
+_POSITIONS: Dict[Tuple[Any, ...], int] = {}
 
 
-def frame_slot() -> Optional[Tuple[int, int]]:
-    """(frame id, position among the graphs of this frame compile) of the graph being
-    compiled, or None outside a Dynamo compile."""
+def frame_slot() -> Optional[Tuple[Any, ...]]:
+    """(calling rank, frame id, position among the graphs of this frame compile) of the graph
+    being compiled, or None outside a Dynamo compile. The rank keeps thread ranks (torch's
+    threaded process group) apart: each captures every size its own graphs need, so every
+    rank runs the same captures (their collectives) in the same order."""
     compile_id = torch._guards.CompileContext.current_compile_id()
     if compile_id is None or compile_id.frame_id is None:
         return None
-    key = (compile_id.frame_id, compile_id.frame_compile_id)
+    from ...base.util import calling_rank
+
+    rank = calling_rank()
+    key = (rank, compile_id.frame_id, compile_id.frame_compile_id)
     position = _POSITIONS.get(key, 0)
     _POSITIONS[key] = position + 1
-    return compile_id.frame_id, position
+    return rank, compile_id.frame_id, position
 
 
-def captured_elsewhere(slot: Optional[Tuple[int, int]]) -> set:
+def captured_elsewhere(slot: Optional[Tuple[Any, ...]]) -> set:
     return _CAPTURED.setdefault(slot, set()) if slot is not None else set()
 
 
