@@ -13,6 +13,8 @@
 #   TORCHRUN=torchrun      (e.g. .venv/bin/torchrun)
 #   LOCAL_ADDR=            this node's address as the others reach it (torchrun
 #                          --local-addr; needed when the hostname does not resolve)
+#   RDZV_CONF=             torchrun's rendezvous settings, e.g. join_timeout=120,read_timeout=60
+#                          (torchrun's default join timeout is 600 s)
 #
 # Example, two "nodes" on one machine (what tests/multicard/test_launch.py does):
 #   launch/multinode.sh 127.0.0.1:29400 --model tp-transformer &
@@ -41,4 +43,5 @@ exec "${TORCHRUN:-torchrun}" \
     --rdzv-id "${RDZV_ID:-torchair_dist}" \
     --max-restarts 0 \
     ${LOCAL_ADDR:+--local-addr "$LOCAL_ADDR"} \
+    ${RDZV_CONF:+--rdzv-conf "$RDZV_CONF"} \
     "${SCRIPT:-$HERE/run.py}" "$@"
