@@ -301,14 +301,14 @@ def act(x):
 
 def test_a_helper_is_keyed_by_the_names_it_calls():
     """``torch.sin`` and ``torch.cos`` differ only in the code's names: a helper a model reads
-    (``value_fingerprint``) used to be keyed by bytecode and constants alone, so the two shared
+    (``describe_value``) used to be keyed by bytecode and constants alone, so the two shared
     one model key and a cached graph of one was loaded for the other."""
     sin = _helper_module(_ACT.format(fn="sin")).act
     cos = _helper_module(_ACT.format(fn="cos")).act
-    assert identity.value_fingerprint(sin) != identity.value_fingerprint(cos)
+    assert identity.describe_value(sin) != identity.describe_value(cos)
     assert identity.callable_identity(sin) != identity.callable_identity(cos)
-    assert identity.value_fingerprint(sin) == \
-        identity.value_fingerprint(_helper_module(_ACT.format(fn="sin")).act)
+    assert identity.describe_value(sin) == \
+        identity.describe_value(_helper_module(_ACT.format(fn="sin")).act)
 
 
 def test_a_user_module_read_by_attribute_is_keyed_by_its_source(tmp_path, monkeypatch):
@@ -321,7 +321,7 @@ def test_a_user_module_read_by_attribute_is_keyed_by_its_source(tmp_path, monkey
     def identity_with(body):
         (tmp_path / "user_helpers_for_test.py").write_text(f"def fix(gm):\n    {body}\n")
         sys.modules.pop("user_helpers_for_test", None)
-        identity._file_digest.cache_clear()
+        identity.file_digest.cache_clear()
         helpers = importlib.import_module("user_helpers_for_test")
         user_pass = _helper_module("def user_pass(gm, example_inputs, config):\n"
                                    "    return helpers.fix(gm)\n").user_pass
@@ -335,7 +335,7 @@ def test_a_user_module_read_by_attribute_is_keyed_by_its_source(tmp_path, monkey
         assert "module user_helpers_for_test:" in lint
     finally:
         sys.modules.pop("user_helpers_for_test", None)
-        identity._file_digest.cache_clear()
+        identity.file_digest.cache_clear()
 
 
 _SET_SCRIPT = """
@@ -345,7 +345,7 @@ def pick(x, mode):
     return x * 2 if mode in {"alpha", "beta", "gamma", "delta", "epsilon"} else x
 
 print(identity.callable_identity(pick))
-print(identity.value_fingerprint(pick))
+print(identity.describe_value(pick))
 """
 
 

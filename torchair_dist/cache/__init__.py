@@ -48,7 +48,8 @@ the runner plus about 2 us on CPU.
 Key and layout (after TorchAir)::
 
     {cache_dir | $TORCHAIR_CACHE_HOME | ./.torchair_cache}
-      /{cls}_static_{aclgraphcache|gecache}_{md5}        md5: model code (source files of
+      /{cls}_static_{aclgraphcache|gecache}_{key}        key: sha256, 32 hex digits, of
+                                                          model code (source files of
                                                           the module classes + package
                                                           versions), str(module), state
                                                           shapes/placements,

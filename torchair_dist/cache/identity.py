@@ -1,7 +1,7 @@
 """What a callable or a value is, as the same text in every process: the parts of the model
 key (:mod:`.keys`) that describe code and the values a graph may have baked in — a user pass or
-a decomposition (:func:`callable_identity`, :func:`option_fingerprint`), a helper function, a
-module constant or an attribute the model's code reads (:func:`value_fingerprint`). Never by
+a decomposition, a helper function, a module constant or an attribute the model's code reads:
+one describer, :func:`describe_value` (callables through :func:`callable_identity`). Never by
 address; a function by its code and the globals it reads; library code by name and version."""
 from __future__ import annotations
 
@@ -84,13 +84,13 @@ def _module_text(module: types.ModuleType) -> str:
     sha256 of its source file, so a changed helper module is a miss."""
     if _is_library_module(module.__name__):
         return f"module {module.__name__}"
-    return f"module {module.__name__}:{_file_digest(getattr(module, '__file__', None) or '')}"
+    return f"module {module.__name__}:{file_digest(getattr(module, '__file__', None) or '')}"
 
 
 @functools.lru_cache(maxsize=None)
-def _file_digest(path: str) -> str:
-    """sha256 of a user module's source, read once per process (the module in memory is the
-    one imported then)."""
+def file_digest(path: str) -> str:
+    """sha256 (32 hex digits) of a source file, read once per process (the module in memory
+    is the one imported then): a user module a function reads, a model class's file."""
     try:
         with open(path, "rb") as f:
             return hashlib.sha256(f.read()).hexdigest()[:32]
@@ -130,33 +130,42 @@ def global_reads(fn, fingerprint) -> List[str]:
     return parts
 
 
-def callable_identity(fn: Any, depth: int = 0) -> str:
-    """What a callable option is, the same in every process: a function by its qualified
-    name and its code (bytecode, names, constants, nested functions' code), its defaults and
-    closure values and the globals it reads (:func:`global_reads`: a helper it calls by its own
-    identity); a ``functools.partial`` by its function and arguments; an object with
-    ``uuid()`` (inductor's ``CustomGraphPass``, as vLLM hashes its passes) by that; another
-    callable object by its class's and ``__call__``'s identity. Never by address."""
+def callable_identity(fn: Any, depth: int = 0, names: Optional[frozenset] = None) -> str:
+    """What a callable is, the same in every process: a library function or class by its
+    qualified name and its package's version (its code is the library's, the versions are in
+    the key); a user function by its qualified name and its code (bytecode, names, constants,
+    nested functions' code), its defaults and closure values and the globals it reads
+    (:func:`global_reads`: a helper it calls by its own identity); a ``functools.partial`` by
+    its function and arguments; an object with ``uuid()`` (inductor's ``CustomGraphPass``, as
+    vLLM hashes its passes) by that; another callable object by its class's and ``__call__``'s
+    identity and its state. Values inside are described by :func:`describe_value` (``names``
+    as there). Never by address."""
+    def inner(value):
+        return describe_value(value, names, depth + 1)
+
     if depth > 4:
         return f"{type(fn).__module__}.{type(fn).__qualname__}"
     if isinstance(fn, functools.partial):
-        return (f"partial({callable_identity(fn.func, depth + 1)},"
-                f"{option_fingerprint(fn.args, depth + 1)},"
-                f"{option_fingerprint(fn.keywords, depth + 1)})")
+        return (f"partial({callable_identity(fn.func, depth + 1, names)},"
+                f"{inner(fn.args)},{inner(fn.keywords)})")
     if isinstance(fn, types.MethodType):
-        return (f"method {callable_identity(fn.__func__, depth + 1)} of "
-                f"{option_fingerprint(fn.__self__, depth + 1)}")
+        return f"method {callable_identity(fn.__func__, depth + 1, names)} of {inner(fn.__self__)}"
+    if (isinstance(fn, (types.FunctionType, types.BuiltinFunctionType, type))
+            and _is_library(fn)):
+        top = sys.modules.get((getattr(fn, "__module__", None) or "").split(".")[0])
+        return (f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}"
+                f"@{getattr(top, '__version__', '')}")
     code = getattr(fn, "__code__", None)
     if isinstance(code, types.CodeType):
         closure = []
         for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
             try:
-                closure.append(f"{name}={option_fingerprint(cell.cell_contents, depth + 1)}")
+                closure.append(f"{name}={inner(cell.cell_contents)}")
             except ValueError:  # an empty cell
                 closure.append(f"{name}=<empty>")
-        defaults = option_fingerprint(getattr(fn, "__defaults__", None), depth + 1)
-        kwdefaults = option_fingerprint(getattr(fn, "__kwdefaults__", None), depth + 1)
-        reads = global_reads(fn, lambda v: option_fingerprint(v, depth + 1))
+        defaults = inner(getattr(fn, "__defaults__", None))
+        kwdefaults = inner(getattr(fn, "__kwdefaults__", None))
+        reads = global_reads(fn, inner)
         return (f"function {getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}:"
                 f"{_code_digest(fn)}:defaults={defaults}:{kwdefaults}:closure=[{','.join(closure)}]"
                 f":globals=[{','.join(reads)}]")
@@ -168,43 +177,28 @@ def callable_identity(fn: Any, depth: int = 0) -> str:
         name = getattr(fn, "__qualname__", type(fn).__qualname__)
         return f"{getattr(fn, '__module__', '')}.{name}"
     call = getattr(type(fn), "__call__")
-    state = option_fingerprint(dict(vars(fn)) if hasattr(fn, "__dict__") else None, depth + 1)
+    state = _attributes(fn, names, depth)
     return (f"{type(fn).__module__}.{type(fn).__qualname__} "
-            f"call={callable_identity(call, depth + 1)} state={state}")
+            f"call={callable_identity(call, depth + 1, names)} state={state}")
 
 
-def option_fingerprint(value: Any, depth: int = 0) -> str:
-    """A config option's value as the same text in every process: plain values by ``repr``,
-    containers item by item, callables by :func:`callable_identity` (``repr`` of a function
-    holds its address, which no other process shares)."""
-    if isinstance(value, _SIMPLE) or isinstance(value, enum.Enum):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        items = [option_fingerprint(v, depth + 1) for v in value]
-        return f"{type(value).__name__}[{','.join(items)}]"
-    if isinstance(value, (set, frozenset)):
-        return f"set[{','.join(sorted(option_fingerprint(v, depth + 1) for v in value))}]"
-    if isinstance(value, dict):
-        items = sorted(f"{option_fingerprint(k, depth + 1)}:{option_fingerprint(v, depth + 1)}"
-                       for k, v in value.items())
-        return f"dict{{{','.join(items)}}}"
-    if isinstance(value, torch.Tensor):
-        return f"{type(value).__name__}({value.dtype},{tuple(value.shape)})"
-    if callable(value):
-        return callable_identity(value, depth)
-    if depth > 4 or not hasattr(value, "__dict__"):
-        return f"{type(value).__module__}.{type(value).__qualname__}"
-    return f"{type(value).__qualname__}{option_fingerprint(dict(vars(value)), depth + 1)}"
+def _attributes(value: Any, names: Optional[frozenset], depth: int) -> str:
+    """An object's attributes (those named in ``names``, or all), described."""
+    attrs = vars(value) if isinstance(getattr(value, "__dict__", None), dict) else {}
+    attrs = {k: v for k, v in attrs.items() if names is None or k in names}
+    return describe_value(attrs, names, depth + 1)
 
 
-def value_fingerprint(value: Any, names: Optional[frozenset] = None, depth: int = 0) -> str:
-    """A stable text for a value a traced graph may have baked in (Dynamo guards on it):
-    numbers, strings, dtypes, enums and containers of them by value; a tensor by its type,
-    dtype and shape (a plain-attribute tensor's values are not read); a function by its
-    qualified name, bytecode and the globals it reads (a user helper's helper too, a few levels
-    deep; a library function by name: the versions are in the key); another object by its
-    class and, a few levels deep, those of its attributes whose names the model's code reads
-    (``names``; e.g. ``config.hidden_size``, not ``config.name_or_path``)."""
+def describe_value(value: Any, names: Optional[frozenset] = None, depth: int = 0) -> str:
+    """The one text for a value, the same in every process — a config option's value, a
+    constant a user pass reads, or a value a traced graph may have baked in (Dynamo guards on
+    it): numbers, strings, dtypes, enums and containers of them by value; a tensor by its type,
+    dtype and shape (values are not read); a process group or device mesh by its ranks; a
+    module by its name (a user's by its source's sha256); a callable by
+    :func:`callable_identity` (``repr`` holds an address no other process shares); an
+    ``nn.Module`` by its class; another object by its class and, a few levels deep, its
+    attributes — only those whose names the model's code reads when ``names`` is given
+    (``config.hidden_size``, not ``config.name_or_path``)."""
     if isinstance(value, _SIMPLE):
         return repr(value)
     if isinstance(value, torch.Tensor):
@@ -215,30 +209,25 @@ def value_fingerprint(value: Any, names: Optional[frozenset] = None, depth: int 
     if group is not None:
         return group
     if depth > 4:
-        return type(value).__qualname__
+        return f"{type(value).__module__}.{type(value).__qualname__}"
     if isinstance(value, (tuple, list, set, frozenset)):
-        items = [value_fingerprint(v, names, depth + 1) for v in value]
+        items = [describe_value(v, names, depth + 1) for v in value]
         if isinstance(value, (set, frozenset)):
             items.sort()
         return f"{type(value).__name__}[{','.join(items)}]"
     if isinstance(value, dict):
-        items = sorted(f"{value_fingerprint(k, names, depth + 1)}:"
-                       f"{value_fingerprint(v, names, depth + 1)}" for k, v in value.items())
+        items = sorted(f"{describe_value(k, names, depth + 1)}:"
+                       f"{describe_value(v, names, depth + 1)}" for k, v in value.items())
         return f"dict{{{','.join(items)}}}"
     if isinstance(value, types.ModuleType):
         return _module_text(value)
-    if isinstance(value, (types.FunctionType, types.MethodType)):
-        fn = getattr(value, "__func__", value)
-        if _is_library(fn):
-            return f"function {fn.__module__}.{fn.__qualname__}"
-        reads = global_reads(fn, lambda v: value_fingerprint(v, names, depth + 1))
-        return (f"function {fn.__module__}.{fn.__qualname__}:{_code_digest(fn)}"
-                f":globals=[{','.join(reads)}]")
-    if isinstance(value, (type, torch.nn.Module)) or not isinstance(
-            getattr(value, "__dict__", None), dict):
-        return f"{type(value).__qualname__} {getattr(value, '__qualname__', '')}"
-    attrs = {k: v for k, v in vars(value).items() if names is None or k in names}
-    return f"{type(value).__qualname__}{value_fingerprint(attrs, names, depth + 1)}"
+    if isinstance(value, torch.nn.Module):
+        return f"module object {type(value).__module__}.{type(value).__qualname__}"
+    if callable(value):
+        return callable_identity(value, depth, names)
+    if not isinstance(getattr(value, "__dict__", None), dict):
+        return f"{type(value).__module__}.{type(value).__qualname__}"
+    return f"{type(value).__qualname__}{_attributes(value, names, depth)}"
 
 
 def code_objects(code: types.CodeType):

@@ -18,7 +18,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .groups import describe, module_groups
-from .identity import code_objects, callable_identity, option_fingerprint, value_fingerprint
+from .identity import callable_identity, code_objects, describe_value, file_digest
 from .store import FORMAT_VERSION
 
 
@@ -56,8 +56,8 @@ def _module_file(name: str) -> pathlib.Path:
 
 
 def config_parts(config) -> List[str]:
-    """The config's part of the model key: every option by :func:`option_fingerprint`."""
-    return [f"{k}={option_fingerprint(v)}" for k, v in sorted(config.as_dict().items())]
+    """The config's part of the model key: every option by :func:`describe_value`."""
+    return [f"{k}={describe_value(v)}" for k, v in sorted(config.as_dict().items())]
 
 
 def _state_tensors(module: torch.nn.Module):
@@ -109,9 +109,8 @@ def _code_identity(cls) -> str:
     package = sys.modules.get(cls.__module__.split(".")[0])
     version = getattr(package, "__version__", "")
     try:
-        with open(inspect.getsourcefile(cls) or "", "rb") as f:
-            digest = hashlib.md5(f.read()).hexdigest()
-    except (OSError, TypeError):
+        digest = file_digest(inspect.getsourcefile(cls) or "")
+    except TypeError:  # a class without a source file (built in)
         digest = "no-source"
     return f"{cls.__module__}.{cls.__qualname__}:{digest}:{version}"
 
@@ -162,25 +161,25 @@ def _module_attributes(module: torch.nn.Module, names: frozenset) -> List[str]:
                 continue  # model.forward = cache_compile(model.forward): the wrapper itself
             if attr not in names and not attr.startswith("_forward"):
                 continue
-            parts.append(f"attr {name or '.'}.{attr}={value_fingerprint(value, names)}")
+            parts.append(f"attr {name or '.'}.{attr}={describe_value(value, names)}")
     return parts
 
 
 def _function_reads(fn, names: frozenset) -> List[str]:
     """The globals and closure values ``fn`` reads (its code and nested functions'), each by
-    :func:`value_fingerprint`."""
+    :func:`describe_value`."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return []
     g = getattr(fn, "__globals__", {})
     read = sorted({n for c in code_objects(code) for n in c.co_names if n in g})
-    parts = [f"global {fn.__qualname__}:{n}={value_fingerprint(g[n], names)}" for n in read]
+    parts = [f"global {fn.__qualname__}:{n}={describe_value(g[n], names)}" for n in read]
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         try:
             value = cell.cell_contents
         except ValueError:  # an empty cell
             continue
-        parts.append(f"closure {fn.__qualname__}:{name}={value_fingerprint(value, names)}")
+        parts.append(f"closure {fn.__qualname__}:{name}={describe_value(value, names)}")
     return parts
 
 
@@ -201,7 +200,8 @@ def baked_values(module: torch.nn.Module, func_name: str) -> List[str]:
 
 
 def model_key(module: torch.nn.Module, func_name: str, config, decompositions: Dict) -> str:
-    """md5 of everything a compiled graph depends on besides the inputs' shapes: versions,
+    """sha256 (32 hex digits: the length of TorchAir's cache directory names) of everything
+    a compiled graph depends on besides the inputs' shapes: versions,
     the source files of every submodule's class (and their packages' versions), the module's
     structure and state shapes/placements/meshes, the process groups and device meshes its
     submodules hold (by ranks, never by c10d's creation-order names), the values the graph
@@ -209,7 +209,7 @@ def model_key(module: torch.nn.Module, func_name: str, config, decompositions: D
     reads), every config option (:func:`config_parts`: a user pass by what it is, never by
     address), the decompositions, and the library's own graph-shaping code
     (:func:`library_digest`)."""
-    h = hashlib.md5()
+    h = hashlib.sha256()
     parts = [json.dumps(_versions(config.peek("mode")), sort_keys=True), func_name, str(module)]
     parts += baked_values(module, func_name)
     parts += sorted({_code_identity(type(m)) for m in module.modules()})
@@ -224,7 +224,7 @@ def model_key(module: torch.nn.Module, func_name: str, config, decompositions: D
     for p in parts:
         h.update(p.encode())
         h.update(b"\0")
-    return h.hexdigest()
+    return h.hexdigest()[:32]
 
 
 def call_key(args: tuple, kwargs: dict) -> tuple:
