@@ -64,18 +64,26 @@ def test_tags_count_messages_per_channel_and_user_tag():
 
 
 def test_max_autotune_switches_to_stable_rdfs_with_a_warning():
+    """The stage table runs p2p_order in GE mode only, and only when the strategy is not
+    StableRDFS already; the stage body reads no option."""
+    from torchair_dist.pipeline import stages
+
     cfg = torchair_dist.CompilerConfig()
     cfg.mode = "max-autotune"
     gm = make_fx(_p2p_program, tracing_mode="fake")(torch.ones(2))
+    assert [s.name for s in stages.stages_at(cfg, "dynamo-pass")][:2] == ["send_recv", "p2p_order"]
     with pytest.warns(UserWarning, match="StableRDFS"):
-        p2p.preprocess_send_recv(gm, cfg)
+        stages.run_stages(cfg, "dynamo-pass", gm, cfg)
     assert cfg.experimental_config.topology_sorting_strategy.raw == "StableRDFS"
+    assert "p2p_order" not in [s.name for s in stages.stages_at(cfg, "dynamo-pass")]
 
     acl = torchair_dist.CompilerConfig()
     acl.mode = "npugraph_ex"
+    assert "p2p_order" not in [s.name for s in stages.stages_at(acl, "dynamo-pass")]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        p2p.preprocess_send_recv(make_fx(_p2p_program, tracing_mode="fake")(torch.ones(2)), acl)
+        stages.run_stages(acl, "dynamo-pass",
+                          make_fx(_p2p_program, tracing_mode="fake")(torch.ones(2)), acl)
     assert acl.experimental_config.topology_sorting_strategy.raw == "DFS"
 
 

@@ -298,6 +298,42 @@ def test_stage_bodies_read_no_other_stage_gate_and_no_platform_name():
                for s in pipeline.STAGES.values())
 
 
+def test_only_the_stage_table_reads_a_gate_and_only_platform_names_a_platform():
+    """Everywhere in the library: a module reads a stage's gate (``.get``/``.peek`` of that
+    option) only when a stage whose body lives in that module has it as its gate or declares it
+    in ``reads`` (or lives in the package of such a stage: ``backends.ge``'s CANN options);
+    the dump helpers in base/, the data-dump's 'original' copy, p2p's ordering and inductor's
+    kernels used to read other stages' gates. Outside ``platform/`` and the CPU wing ``cpu/`` (the
+    stand-ins themselves), no code compares a device or platform name."""
+    import pathlib
+
+    import torchair_dist
+
+    root = pathlib.Path(torchair_dist.__file__).parent
+    owners = {}
+    for stage in pipeline.STAGES.values():
+        module = stage.fn.split(":")[0]
+        for option in stage.all_options():
+            owners.setdefault(option, set()).add(module)
+    gates = {s.gate for s in pipeline.STAGES.values() if s.gate}
+    names = re.compile(r"(==|!=|\bin)\s*\(?[\"'](npu|cuda|cpu)[\"']")
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("platform/") or rel == "pipeline/stages.py":
+            continue
+        module = "torchair_dist." + rel[:-3].replace("/", ".").removesuffix(".__init__")
+        text = path.read_text()
+        for gate in gates:
+            if re.search(r"\.(get|peek)\(\s*[\"']" + re.escape(gate) + r"[\"']", text) \
+                    and not any(module == o or module.startswith(o + ".") for o in owners[gate]):
+                found.append(f"{rel} reads the gate {gate} (owned by {sorted(owners[gate])})")
+        if not rel.startswith("cpu/"):
+            found += [f"{rel}:{i} compares a platform name: {line.strip()}"
+                      for i, line in enumerate(text.splitlines(), 1) if names.search(line)]
+    assert not found, "\n".join(found)
+
+
 def test_mode_argument_gets_the_option_check_and_the_deprecation():
     from torchair_dist.pipeline.entry import _npu_backend
 

@@ -22,17 +22,15 @@ def dump_file_name(directory: Optional[str], name: str, rank: int, suffix: str) 
     return os.path.join(directory, f"{name}_rank_{rank}_pid_{os.getpid()}_ts_{ts}.{suffix}")
 
 
-def dump_fx_graph(gm: torch.fx.GraphModule, config, name: str, rank: int,
-                  extra_source: str = "") -> Optional[str]:
-    """Write ``gm`` as ``py`` (readable code, plus ``extra_source``) or ``txt`` (the graph IR)
-    when ``config.debug.graph_dump.type`` asks for it; returns the file written."""
-    kind = config.get("debug.graph_dump.type")
-    if kind is None:
-        return None
+def dump_fx_graph(gm: torch.fx.GraphModule, kind: str, directory: Optional[str], name: str,
+                  rank: int, mode: str, extra_source: str = "") -> str:
+    """Write ``gm`` as ``kind`` ``py`` (readable code, plus ``extra_source``) or ``txt`` (the
+    graph IR) into ``directory``; returns the file written. The caller (a dump stage) passes
+    its options' values."""
     if kind not in ("py", "txt"):
         raise ConfigError(f"debug.graph_dump.type={kind!r} is a GE format; in "
-                          f"{config.get('mode')} mode use 'py' or 'txt'")
-    path = dump_file_name(config.get("debug.graph_dump.path"), name, rank, kind)
+                          f"{mode} mode use 'py' or 'txt'")
+    path = dump_file_name(directory, name, rank, kind)
     if kind == "py":
         text = gm.print_readable(print_output=False)
         if extra_source:
@@ -83,21 +81,13 @@ class DataDumper(torch.fx.Interpreter):
             self.saved.append(path)
 
 
-def dumps_original_graph(config) -> bool:
-    """``debug.data_dump`` is on with ``dump_config.data_dump_stage='original'``: the dump runs
-    the graph as AOT autograd produced it, before the pipeline's passes (the compiler keeps a
-    copy of it only then)."""
-    return (config.get("debug.data_dump.type") is not None
-            and config.get("dump_config.data_dump_stage") == "original")
-
-
 def data_dump_runner(gm: torch.fx.GraphModule, config, name: str, rank: int,
                      original: Optional[torch.fx.GraphModule] = None):
     """A boxed runner that executes a graph through :class:`DataDumper` on every call.
 
     ``dump_config.data_dump_stage`` chooses the graph: ``optimized`` (default) ``gm``, the
     graph after every pass; ``original`` the graph before the passes (``original``, which the
-    caller kept when :func:`dumps_original_graph` said so)."""
+    caller kept when the stage table's ``keeps_original`` said so)."""
     stage = config.get("dump_config.data_dump_stage")
     if stage == "original":
         if original is None:

@@ -16,7 +16,8 @@ The remap (:mod:`.remap`) captures every point-to-point call as ``torchair_dist.
   its own sends to ``b`` / receives from ``a``), so pairs match by position whatever order the
   program interleaves channels in — what HCCL/GE ``sr_tag`` matching needs;
 * **max-autotune** — with more than one p2p op, GE's topological ordering is switched to
-  ``"StableRDFS"`` (keeps program order) with a ``UserWarning``, as TorchAir does.
+  ``"StableRDFS"`` (keeps program order) with a ``UserWarning``, as TorchAir does
+  (:func:`keep_p2p_program_order`, its own stage, which the stage table runs only in GE mode).
 """
 from __future__ import annotations
 
@@ -95,20 +96,25 @@ def count_p2p(gm: torch.fx.GraphModule) -> int:
 
 
 def preprocess_send_recv(gm, config):
-    """Called by the backend entry on the Dynamo graph before AOT. Returns the graph.
+    """The ``send_recv`` stage, on the Dynamo graph before AOT. Returns the graph.
 
     Requires: a Dynamo graph. Guarantees: send/recv tags are matched across ranks (see the
-    module docstring); in max-autotune with >1 p2p op, ``config.experimental_config.
-    topology_sorting_strategy`` is ``"StableRDFS"`` (config is the compile's private copy).
-    """
+    module docstring)."""
     assign_tags(gm)
+    return gm
+
+
+def keep_p2p_program_order(gm, config):
+    """The ``p2p_order`` stage (GE only; the stage table runs it when
+    ``experimental_config.topology_sorting_strategy`` is not already ``"StableRDFS"``): with
+    more than one send/recv op, the strategy becomes ``"StableRDFS"`` (``config`` is the
+    compile's private copy) and a ``UserWarning`` says so, as TorchAir does: GE's other
+    orderings may move a send past the receive its peer waits for."""
     n = count_p2p(gm)
-    if n > 1 and config is not None and config.get("mode") == "max-autotune":
-        strategy = config.get("experimental_config.topology_sorting_strategy")
-        if strategy != "StableRDFS":
-            warnings.warn(
-                f"the graph has {n} send/recv ops; topology_sorting_strategy changed from "
-                f"{strategy!r} to 'StableRDFS' so GE keeps their program order",
-                UserWarning, stacklevel=2)
-            config.experimental_config.topology_sorting_strategy = "StableRDFS"
+    if n > 1:
+        warnings.warn(
+            f"the graph has {n} send/recv ops; topology_sorting_strategy changed to "
+            f"'StableRDFS' so GE keeps their program order (other strategies may reorder them)",
+            UserWarning, stacklevel=2)
+        config.experimental_config.topology_sorting_strategy = "StableRDFS"
     return gm

@@ -14,7 +14,6 @@ import torch
 
 from . import stages as pipeline
 from ..configs import CompilerConfig
-from ..base.dumps import dumps_original_graph
 from ..base.graph_context import (Backend, Build, Compiled, GraphContext,
                                   current_rank_and_world, eager_runner)
 from ..base.util import calling_rank, on_dynamo_reset, ranks_are_threads
@@ -244,7 +243,7 @@ class NpuFxCompiler:
                  is_backward: bool = False):
         cfg = self.config
         static = _backward_static_indices(gm) if is_backward else _static_indices(example_inputs)
-        original = copy.deepcopy(gm) if dumps_original_graph(cfg) else None
+        original = copy.deepcopy(gm) if pipeline.keeps_original(cfg) else None
         gm = run_aot_passes(gm, example_inputs, cfg)
         ctx = make_context(gm, example_inputs, cfg, static, f"graph_{next(_graph_ids)}",
                            is_inference, original=original)

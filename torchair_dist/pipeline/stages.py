@@ -77,8 +77,10 @@ class Stage:
     its platform). ``needs``: the platform capability the stage needs (``platform.CAPABILITIES``;
     None: every platform); where it runs and its reads take effect. ``requires``: another
     stage that must run for this one to (its gate is read first); ``yields_to``: another stage
-    that, where it runs, replaces this one. The runner alone reads gates and capabilities:
-    a stage body reads neither.
+    that, where it runs, replaces this one. ``keeps_original``: given the config, whether the
+    stage (when it runs) needs the AOT graph as it was before the AOT passes (a copy is kept:
+    :func:`keeps_original`). The runner alone reads gates and capabilities: a stage body reads
+    neither.
     """
 
     name: str
@@ -92,6 +94,7 @@ class Stage:
     dumped: bool = False
     requires: Optional[str] = None
     yields_to: Optional[str] = None
+    keeps_original: Optional[Callable[[CompilerConfig], bool]] = None
 
     def platform_set(self) -> FrozenSet[str]:
         if self.needs is None:
@@ -134,6 +137,10 @@ _EXPORT_READS = ("export.export_path_dir", "export.export_name", "export.weight_
 STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("send_recv", "torchair_dist.collectives.p2p:preprocess_send_recv", "dynamo-pass",
           "tag matching send/recv pairs and make receive buffers real dependencies"),
+    Stage("p2p_order", "torchair_dist.collectives.p2p:keep_p2p_program_order", "dynamo-pass",
+          "with more than one send/recv, GE orders the graph StableRDFS (program order) and a "
+          "warning says so", gate="experimental_config.topology_sorting_strategy",
+          runs_when=lambda v: v != "StableRDFS"),
     Stage("streams", "torchair_dist.streams.rewrite:rewrite_streams", "dynamo-pass",
           "torch.Stream/Event calls become tagged stream ops that survive tracing"),
     Stage("aot", "torchair_dist.pipeline.aot:compile_with_aot", "aot",
@@ -220,7 +227,8 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "graph before the passes with data_dump_stage='original'",
           gate="debug.data_dump.type", runs_when=_is_set,
           reads=("debug.data_dump.filter", "debug.data_dump.path",
-                 "dump_config.data_dump_stage")),
+                 "dump_config.data_dump_stage"),
+          keeps_original=lambda config: config.get("dump_config.data_dump_stage") == "original"),
     Stage("summary_skips_compile", "torchair_dist.pipeline.route:eager_stage", "route",
           "after an fx_summary (and unless a data dump made its runner): run the FX graph "
           "eagerly instead of the backend", gate="debug.fx_summary.skip_compile",
@@ -310,7 +318,7 @@ _ACL = (
     "consistency",
 )
 _GE = (
-    "send_recv", "streams", "aot", "stream_labels", "custom_pre_pass", "remove_noop_ops",
+    "send_recv", "p2p_order", "streams", "aot", "stream_labels", "custom_pre_pass", "remove_noop_ops",
     "remove_copy_into_empty", "user_patterns", "view_to_reshape", "collapse_view_chains",
     "custom_post_pass", "scope_ops", "scope_attrs", "overlap", "constant_folding",
     "dead_code_elimination", "deadlock_check", "topology_sort", "stream_order",
@@ -475,6 +483,14 @@ def applies(stage: Stage, config: CompilerConfig, platform: Optional[str] = None
     if stage.yields_to is not None and applies(STAGES[stage.yields_to], config, platform):
         return False
     return platform in stage.platform_set() and stage.runs(config, tracked=True)
+
+
+def keeps_original(config: CompilerConfig) -> bool:
+    """Whether a stage that runs for ``config`` needs the graph before the AOT passes (the data
+    dump of ``data_dump_stage='original'``): the caller keeps a copy only then."""
+    platform = current_platform()
+    return any(s.keeps_original is not None and applies(s, config, platform)
+               and s.keeps_original(config) for s in stages_of(config.peek("mode")))
 
 
 def stages_at(config: CompilerConfig, level: str) -> List[Stage]:

@@ -197,13 +197,19 @@ def synchronize(stream: str) -> None:
         _module(plat).synchronize()
 
 
+def _on_streams(t: torch.Tensor) -> bool:
+    """Whether the platform that owns ``t`` has streams (a device's memory; host memory is
+    ordered by program order alone)."""
+    return _platform.for_device(t.device.type).stream_class is not None
+
+
 def wait_tensor(self: torch.Tensor, dependency: torch.Tensor, event: str) -> None:
-    if event and self.device.type != "cpu":
+    if event and _on_streams(self):
         event_wait(event, "")
 
 
 def record_stream(self: torch.Tensor, stream: str) -> None:
-    if self.device.type != "cpu":
+    if _on_streams(self):
         s: Optional[object] = stream_for(stream)
         if s is not None:
             self.record_stream(s)

@@ -120,7 +120,8 @@ def codegen_step(build: AclBuild) -> AclBuild:
 def dump_step(build: AclBuild) -> AclBuild:
     """``acl_dump``: the FX graph and the generated forward (when there is one) as py/txt."""
     c = build.run_ctx or build.ctx
-    dump_fx_graph(c.gm, c.config, c.graph_name, c.rank, build.source)
+    dump_fx_graph(c.gm, c.config.get("debug.graph_dump.type"), c.config.get("debug.graph_dump.path"),
+                  c.graph_name, c.rank, c.config.get("mode"), build.source)
     return build
 
 
@@ -144,9 +145,11 @@ def inductor_step(build: AclBuild) -> AclBuild:
         return build
     from .inductor_kernels import compile_forward
 
+    keep_schedule = bool(build.ctx.config.get("distributed_config.overlap_collectives"))
     return dataclasses.replace(build, run_ctx=build.transport.for_runner(build.ctx,
                                                                          functional=True),
-                               make_forward=lambda c: (compile_forward(c), None), opaque=True)
+                               make_forward=lambda c: (compile_forward(c, keep_schedule), None),
+                               opaque=True)
 
 
 def value_ints_step(build: AclBuild) -> AclBuild:

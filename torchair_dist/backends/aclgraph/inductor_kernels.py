@@ -129,9 +129,10 @@ def _wait_check_pass(graph_name: str):
     return WaitCheckPass()
 
 
-def compile_forward(ctx: GraphContext) -> Callable[[List[Any]], Any]:
+def compile_forward(ctx: GraphContext, keep_schedule: bool) -> Callable[[List[Any]], Any]:
     """Inductor-compiled boxed forward of ``ctx.gm`` (same inputs/outputs as the graph);
-    inductor's passes rewrite a copy of the graph, never ``ctx.gm`` itself."""
+    inductor's passes rewrite a copy of the graph, never ``ctx.gm`` itself. ``keep_schedule``
+    (the stage passes ``overlap_collectives``): inductor keeps the graph's placement of waits."""
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx_inner
 
@@ -141,7 +142,7 @@ def compile_forward(ctx: GraphContext) -> Callable[[List[Any]], Any]:
         register_async_collectives(waited_ops(gm))
         patch = {} if inductor_config.post_grad_custom_pre_pass is not None else \
             {"post_grad_custom_pre_pass": _wait_check_pass(ctx.graph_name)}
-        if ctx.config.get("distributed_config.overlap_collectives"):
+        if keep_schedule:
             # inductor's peak-memory reordering would move each wait up to its collective
             # (the input a collective keeps alive until its wait counts as memory): keep the
             # overlap pass's schedule, compute between a collective and its wait
