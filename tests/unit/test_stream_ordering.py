@@ -205,7 +205,7 @@ def _pat_replace(x):
 
 @pytest.fixture
 def label_reading_pattern():
-    from torchair_dist.pipeline import user_patterns as patterns
+    from torchair_dist.passes import user_patterns as patterns
 
     labels = []
 

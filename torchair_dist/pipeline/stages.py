@@ -154,7 +154,7 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("remove_copy_into_empty", "torchair_dist.passes.common:remove_copy_into_empty",
           "aot-pass", "copy(empty_like(x), fresh result) -> the result (a collective's output "
           "copied into a buffer nobody wrote)"),
-    Stage("user_patterns", "torchair_dist.pipeline.user_patterns:apply_user_patterns", "aot-pass",
+    Stage("user_patterns", "torchair_dist.passes.user_patterns:apply_user_patterns", "aot-pass",
           "patterns registered with register_replacement (TorchAir's API) are replaced",
           gate="experimental_config.pattern_fusion_pass"),
     Stage("pattern_fusion", "torchair_dist.passes.pattern_fusion:pattern_fusion", "aot-pass",
