@@ -76,9 +76,9 @@ def test_record_and_wait_equal_eager_and_wait_checks_its_arguments():
 
 
 def test_ascend_scopes_are_recorded_on_the_ops_and_named_by_a_warning(caplog):
-    from torchair_dist import scope as scope_mod
+    from torchair_dist.passes import scope_attrs
 
-    scope_mod._warned.clear()
+    scope_attrs._warned.clear()
 
     def f(x):
         y = x + 1

@@ -170,7 +170,7 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("scope_ops", "torchair_dist.streams.scope_ops:lower_scope_ops", "aot-pass",
           "TorchAir's scope_enter/scope_exit ops (a user pass's) -> stream switches "
           "(_user_stream_label) or node.meta['custom'] attributes"),
-    Stage("scope_attrs", "torchair_dist.scope:report_scope_attrs", "aot-pass",
+    Stage("scope_attrs", "torchair_dist.passes.scope_attrs:report_scope_attrs", "aot-pass",
           "TorchAir's Ascend-only scopes (super_kernel, limit_core_num, op_never_timeout, "
           "data_dump) stay in node.meta['custom']; a warning names each found"),
     Stage("overlap", "torchair_dist.passes.overlap:schedule_overlap", "aot-pass",
