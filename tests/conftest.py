@@ -16,7 +16,7 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ.setdefault("TORCHAIR_DIST_GE_VALIDATE", "1")
 # Every graph compiled anywhere in the suite (rank workers too) has each cross-stream data edge
 # ordered by the graph's events/waits/fork/join, or its compile fails naming the edge
-# (torchair_dist/streams/happens_before.py).
+# (torchair_dist/passes/happens_before.py).
 os.environ.setdefault("TORCHAIR_DIST_CHECK_STREAM_ORDER", "1")
 
 # The stream tests run again under each adversarial order of the CPU model of concurrency
@@ -27,10 +27,10 @@ STREAM_MODULES = frozenset({"test_streams.py", "test_capture_streams.py", "test_
                             "test_ta_scope_ops.py"})
 _RERUN_DIRS = ("unit", "torchair_compat")
 
-# streams/ordering.py's program matrix (9 programs x 3 modes x static/dynamic) reruns under every
-# order too, in the cases where the order can change the answer and the cost stays affordable:
-# npugraph_ex, static (reduce-overhead captures alike; max-autotune's reference executor is
-# interleaved by test_cpu_stream_model.py). Its other cases run in program order only.
+# passes/stream_ordering.py's program matrix (9 programs x 3 modes x static/dynamic) reruns
+# under every order too, in the cases where the order can change the answer and the cost stays
+# affordable: npugraph_ex, static (reduce-overhead captures alike; max-autotune's reference
+# executor is interleaved by test_cpu_stream_model.py). Its other cases run in program order only.
 ORDER_MATRIX = "test_stream_ordering.py::test_program_equals_program_order_and_every_cross_read_is_ordered"
 
 _MULTICARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multicard")

@@ -7,12 +7,12 @@
   attribute keys, so every op traced inside it carries them in ``node.meta["custom"]`` of the
   AOT graph (Dynamo and AOT autograd propagate annotations; scopes nest). The GE mode writes
   them as string attributes on the node's GE ops (where CANN reads them on Ascend); nothing
-  else consumes them, so the ``scope_attrs`` pipeline stage (:func:`report_scope_attrs`) warns
-  once per scope, naming it, unless the graph goes to GE on Ascend. Eagerly they do nothing.
+  else consumes them, so the ``scope_attrs`` pipeline stage
+  (:func:`torchair_dist.passes.scope_attrs.report_scope_attrs`) warns once per scope, naming
+  it, unless the graph goes to GE on Ascend. Eagerly they do nothing.
 """
 from __future__ import annotations
 
-import logging
 from typing import Dict
 
 import torch
@@ -21,15 +21,8 @@ from torch.fx.traceback import annotate
 from .errors import StreamApiError
 from .streams import api as _streams
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__,
-                 "torchair_dist.streams.api", "torchair_dist.streams.runtime",
-                 "torchair_dist.streams.stream_ops")
-
-log = logging.getLogger("torchair_dist")
-
-# TorchAir's attribute keys (what its scopes write on GE ops) -> the scope that sets them.
+# TorchAir's attribute keys (what its scopes write on GE ops) -> the scope that sets them
+# (the scope_attrs stage, passes/scope_attrs.py, and the GE conversion read them).
 SCOPE_KEYS: Dict[str, str] = {
     "_super_kernel_scope": "super_kernel", "_super_kernel_options": "super_kernel",
     "_op_aicore_num": "limit_core_num", "_op_vectorcore_num": "limit_core_num",
@@ -84,36 +77,6 @@ def data_dump():
     """Ascend GE data dump of the ops inside (recorded; the whole-graph dump here is
     ``debug.data_dump``)."""
     return annotate({"torchair_enable_data_dump": "True"})
-
-
-_warned: set = set()
-
-
-def scope_attrs(gm: torch.fx.GraphModule) -> Dict[str, Dict[str, set]]:
-    """``{scope name: {attribute key: {values}}}`` of the TorchAir scopes in ``gm``."""
-    found: Dict[str, Dict[str, set]] = {}
-    for node in gm.graph.nodes:
-        for key, value in (node.meta.get("custom") or {}).items():
-            if key in SCOPE_KEYS:
-                found.setdefault(SCOPE_KEYS[key], {}).setdefault(key, set()).add(str(value))
-    return found
-
-
-def report_scope_attrs(gm: torch.fx.GraphModule, example_inputs, config):
-    """Pipeline stage: warn once per scope that a graph carries an attribute nothing here
-    acts on (the graph is unchanged; the attributes stay in ``node.meta["custom"]``). The GE
-    mode on Ascend hands them to CANN: no warning there."""
-    from . import platform
-
-    if config.get("mode") == "max-autotune" and platform.current().runs_ge_natively:
-        return gm
-    for scope in scope_attrs(gm):
-        if scope not in _warned:
-            _warned.add(scope)
-            log.warning("torchair_dist.scope.%s: recorded on the graph's ops "
-                        "(node.meta['custom']) but has no effect here: it is an Ascend "
-                        "GE/ACL per-op setting", scope)
-    return gm
 
 
 __all__ = ["npu_stream_switch", "npu_wait_tensor", "super_kernel", "limit_core_num",

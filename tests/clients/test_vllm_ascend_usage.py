@@ -591,7 +591,7 @@ def _replace(x, w):
 def u_register_replacement_extra_check(tmp_path, caplog):
     """``nge.register_replacement(search_fn=, replace_fn=, example_inputs=, extra_check=)``:
     the pattern is applied when the check passes, not when it refuses."""
-    from torchair_dist.pipeline import user_patterns
+    from torchair_dist.passes import user_patterns
 
     for allow in (True, False):
         user_patterns.clear_replacements()
@@ -629,7 +629,7 @@ def _stream_scope_check(match) -> bool:
 def u_stream_label_refuses_cross_stream_fusion(tmp_path, caplog):
     """The pattern's nodes on two streams: ``node.meta["stream_label"]`` differs, the check
     refuses; on one stream it fuses."""
-    from torchair_dist.pipeline import user_patterns
+    from torchair_dist.passes import user_patterns
 
     def across(x, w):
         h = x @ w

@@ -76,9 +76,9 @@ def test_record_and_wait_equal_eager_and_wait_checks_its_arguments():
 
 
 def test_ascend_scopes_are_recorded_on_the_ops_and_named_by_a_warning(caplog):
-    from torchair_dist import scope as scope_mod
+    from torchair_dist.passes import scope_attrs
 
-    scope_mod._warned.clear()
+    scope_attrs._warned.clear()
 
     def f(x):
         y = x + 1
@@ -151,7 +151,7 @@ def _replace(x, y):
 
 @pytest.fixture(scope="module")
 def registered_pattern():
-    from torchair_dist.pipeline import user_patterns as patterns
+    from torchair_dist.passes import user_patterns as patterns
 
     ex = [torch.empty(4, 4), torch.empty(4, 4)]
     assert torchair.register_replacement(_search, _replace, ex)
@@ -198,7 +198,7 @@ def test_ge_mode_writes_scope_attributes_on_the_ge_ops(monkeypatch):
 
 
 def test_cleared_patterns_rewrite_nothing():
-    from torchair_dist.pipeline import user_patterns as patterns
+    from torchair_dist.passes import user_patterns as patterns
 
     patterns.clear_replacements()
 

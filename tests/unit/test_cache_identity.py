@@ -204,7 +204,8 @@ def test_an_unidentified_stage_is_refused(monkeypatch):
 @pytest.mark.parametrize("mode", sorted(pipeline.MODE_TABLE))
 def test_library_part_follows_the_row(mode):
     sources = pipeline.graph_sources(mode)
-    assert "torchair_dist.streams.ordering" in sources  # stream_labels / stream_order
+    assert "torchair_dist.passes.stream_ordering" in sources  # stream_labels / stream_order
+    assert "torchair_dist.passes.scope_lowering" in sources  # scope_ops
     assert "torchair_dist.streams.scope_ops" in sources
     assert "torchair_dist.collectives.remap" in sources
     assert all(os.path.exists(_module_file(m)) for m in sources)
@@ -221,7 +222,7 @@ def test_changing_stream_ordering_misses_the_cache(monkeypatch):
     import pathlib
 
     before = {mode: keys.library_digest(mode) for mode in pipeline.MODE_TABLE}
-    ordering = pathlib.Path(_module_file("torchair_dist.streams.ordering")).resolve()
+    ordering = pathlib.Path(_module_file("torchair_dist.passes.stream_ordering")).resolve()
     real_read = pathlib.Path.read_bytes
 
     def edited(path):

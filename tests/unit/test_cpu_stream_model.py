@@ -1,5 +1,5 @@
 """The CPU model of device concurrency (torchair_dist/cpu/concurrency.py) and the
-happens-before check (torchair_dist/streams/happens_before.py, over the one order model of
+happens-before check (torchair_dist/passes/happens_before.py, over the one order model of
 streams/order_model.py).
 
 Hand-built graphs of the ``torchair_dist_streams`` ops run on the record stand-in under every
@@ -22,8 +22,8 @@ from torchair_dist.base.envvars import env_stream_order
 from torchair_dist.cpu import concurrency
 from torchair_dist.cpu.record import RecordGraph
 from torchair_dist.errors import ConfigError, GraphValidationError
+from torchair_dist.passes import happens_before as hb
 from torchair_dist.streams import npu_stream_switch
-from torchair_dist.streams import happens_before as hb
 from torchair_dist.streams import order_model as om
 from torchair_dist.streams.stream_ops import ops as st
 

@@ -21,7 +21,7 @@ from torchair_dist.errors import GeRuntimeError
 from torchair_dist.cpu.ge_reference import ReferenceRuntime, schedule
 from torchair_dist.streams import api as stream_api
 from torchair_dist.streams import npu_stream_switch, npu_wait_tensor
-from torchair_dist.streams.rewrite import rewrite_streams
+from torchair_dist.passes.stream_rewrite import rewrite_streams
 
 LABEL, PRIORITY = "_user_stream_label", "_user_stream_priority"
 UNSCHEDULED = {"Data", "Const", "NetOutput"}

@@ -34,7 +34,7 @@ LEVELS = {
     "torchair_dist.tools": 0, "torchair_dist.compat": 0,
     "torchair_dist.collectives.": 1, "torchair_dist.streams.": 1,
     "torchair_dist.passes.": 2, "torchair_dist.pipeline.torch_patches": 2,
-    "torchair_dist.pipeline.decomposition_table": 2, "torchair_dist.pipeline.user_patterns": 2,
+    "torchair_dist.pipeline.decomposition_table": 2,
     "torchair_dist.scope": 2, "torchair_dist.ops": 2,
     "torchair_dist.backends.": 3, "torchair_dist.cpu.": 3,
     "torchair_dist.platform.stand_ins": 3,  # the chooser: imports the CPU wing

@@ -17,9 +17,9 @@ import torch
 import torchair_dist
 from torchair_dist.cpu.record import RecordGraph
 from torchair_dist.errors import GraphValidationError
+from torchair_dist.passes import happens_before as hb
 from torchair_dist.pipeline.route import record_graphs
 from torchair_dist.streams import api as stream_api
-from torchair_dist.streams import happens_before as hb
 from torchair_dist.streams import npu_stream_switch, npu_tagged_event_record
 from torchair_dist.streams import npu_tagged_event_wait
 

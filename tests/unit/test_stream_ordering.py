@@ -1,4 +1,4 @@
-"""Issue 29: every cross-stream data dependency ordered, in every mode (streams/ordering.py).
+"""Issue 29: every cross-stream data dependency ordered, in every mode (passes/stream_ordering.py).
 
 Each program of ``tests/stream_programs.py`` is compiled in npugraph_ex, reduce-overhead and
 max-autotune, static and dynamic, and run at sizes 16 and 1024: call 0 and replays 1, 2 (new
@@ -21,10 +21,11 @@ import torch
 import torch.fx
 
 import torchair_dist
+from torchair_dist.passes import stream_ordering as ordering
 from torchair_dist.pipeline.route import record_graphs
 from torchair_dist.streams import api as stream_api
 from torchair_dist.streams import npu_stream_switch, npu_tagged_event_record, npu_wait_tensor
-from torchair_dist.streams import ordering, runtime
+from torchair_dist.streams import runtime
 from torchair_dist.streams.stream_ops import ops
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -205,7 +206,7 @@ def _pat_replace(x):
 
 @pytest.fixture
 def label_reading_pattern():
-    from torchair_dist.pipeline import user_patterns as patterns
+    from torchair_dist.passes import user_patterns as patterns
 
     labels = []
 

@@ -22,7 +22,7 @@ from torchair_dist.streams import (StreamApiError, npu_create_tagged_event,
                                    npu_tagged_event_wait, npu_wait_tensor)
 from torchair_dist.streams import ops
 from torchair_dist.streams import api as stream_api
-from torchair_dist.streams.rewrite import rewrite_streams
+from torchair_dist.passes.stream_rewrite import rewrite_streams
 
 ACL_MODES = ["npugraph_ex", "reduce-overhead"]
 NS = "torchair_dist_streams"
@@ -262,7 +262,7 @@ def test_set_stream_left_on_side_stream_is_an_error():
 
 
 def test_set_stream_stack_is_replayed(monkeypatch):
-    from torchair_dist.streams import rewrite as rw
+    from torchair_dist.passes import stream_rewrite as rw
 
     class _Stream(torch.Stream):  # CPU streams all compare equal; compare by identity
         __eq__ = object.__eq__

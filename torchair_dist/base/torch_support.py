@@ -80,7 +80,7 @@ def functional_p2p_ops() -> bool:
 def stream_methods_traced_as_ops() -> bool:
     """Whether Dynamo traces ``Stream.wait_event`` / ``wait_stream`` / ``synchronize`` as
     ``torch.ops.streams`` ops (2.13+, which has ``streams::synchronize_stream``); torch 2.11
-    leaves them as method calls on the stream objects (streams/rewrite.py handles both)."""
+    leaves them as method calls on the stream objects (passes/stream_rewrite.py handles both)."""
     import torch
     import torch._dynamo  # noqa: F401  (defines the streams ops)
 

@@ -184,7 +184,7 @@ PROCESS_STATE = {
     "torchair_dist.streams.runtime:_bound_tags": "as streams.runtime:_bound",
     "torchair_dist.base.util:_resetters": "the functions torch._dynamo.reset() calls",
     "torchair_dist.passes.common:_warned_graph_only": "warn once per process",
-    "torchair_dist.scope:_warned": "warn once per process",
+    "torchair_dist.passes.scope_attrs:_warned": "warn once per process",
     "torchair_dist.streams.scope_ops:_libs": "the torch.library fragments defining TorchAir's "
                                              "scope ops, kept alive for the process",
 }

@@ -19,7 +19,7 @@ import torch
 from ..base.log import LOGGER_NAME
 from ..pipeline.route import get_compiler
 from ..configs import CompilerConfig, apply_compile_options
-from ..pipeline.user_patterns import register_replacement
+from ..passes.user_patterns import register_replacement
 
 logger = logging.getLogger(LOGGER_NAME)
 

@@ -43,7 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..base.layout import copy_into
 from ..platform.interfaces import CaptureGraph, CaptureSkipped, Uncapturable
-from ..streams.rewrite import where
+from ..passes.stream_rewrite import where
 from ..base.util import without_function_modes
 from .bindings import fast_call as _fast_call
 from .concurrency import _tensors, reordered_body, stream_order

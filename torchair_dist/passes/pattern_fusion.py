@@ -30,11 +30,11 @@ import torch
 import torch.fx
 
 from .. import platform as _platform
-from ..streams.ordering import same_stream, streams_of
+from .stream_ordering import same_stream, streams_of
 
 # The code that decides what this module's stages make of a graph: the compile cache's key
 # hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__, "torchair_dist.streams.ordering", "torchair_dist.streams.rewrite",
+GRAPH_SOURCES = (__name__, "torchair_dist.passes.stream_ordering", "torchair_dist.passes.stream_rewrite",
                  "torchair_dist.streams.runtime", "torchair_dist.streams.stream_ops",
                  "torchair_dist.collectives.spec", "torchair_dist.streams.order_model")
 

@@ -118,7 +118,7 @@ class Stage:
 
 
 def _check_stream_order(value) -> bool:
-    from ..streams.happens_before import check_enabled
+    from ..passes.happens_before import check_enabled
 
     return check_enabled(value)
 
@@ -141,14 +141,14 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "with more than one send/recv, GE orders the graph StableRDFS (program order) and a "
           "warning says so", gate="experimental_config.topology_sorting_strategy",
           runs_when=lambda v: v != "StableRDFS"),
-    Stage("streams", "torchair_dist.streams.rewrite:rewrite_streams", "dynamo-pass",
+    Stage("streams", "torchair_dist.passes.stream_rewrite:rewrite_streams", "dynamo-pass",
           "torch.Stream/Event calls become tagged stream ops that survive tracing"),
     Stage("aot", "torchair_dist.pipeline.aot:compile_with_aot", "aot",
           "AOT autograd: functional graph, decompositions (default -> user -> patches); "
           "an inference graph its runtime wrapper has nothing to do for is called without "
           "that wrapper after the first call",
           reads=("experimental_config.keep_inference_input_mutations",)),
-    Stage("stream_labels", "torchair_dist.streams.ordering:label_streams", "aot-pass",
+    Stage("stream_labels", "torchair_dist.passes.stream_ordering:label_streams", "aot-pass",
           "node.meta['stream_label'] = the stream tag of every node inside a stream scope "
           "(before the user's passes and patterns: an extra_check can refuse to fuse across "
           "streams; the built-in passes never do)"),
@@ -161,7 +161,7 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("remove_copy_into_empty", "torchair_dist.passes.common:remove_copy_into_empty",
           "aot-pass", "copy(empty_like(x), fresh result) -> the result (a collective's output "
           "copied into a buffer nobody wrote)"),
-    Stage("user_patterns", "torchair_dist.pipeline.user_patterns:apply_user_patterns", "aot-pass",
+    Stage("user_patterns", "torchair_dist.passes.user_patterns:apply_user_patterns", "aot-pass",
           "patterns registered with register_replacement (TorchAir's API) are replaced",
           gate="experimental_config.pattern_fusion_pass"),
     Stage("pattern_fusion", "torchair_dist.passes.pattern_fusion:pattern_fusion", "aot-pass",
@@ -174,10 +174,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
     Stage("custom_post_pass", "torchair_dist.passes.common:custom_post_pass", "aot-pass",
           "the user's post_grad_custom_post_pass(gm, example_inputs, config)", gate="post_grad_custom_post_pass",
           runs_when=_is_set),
-    Stage("scope_ops", "torchair_dist.streams.scope_ops:lower_scope_ops", "aot-pass",
+    Stage("scope_ops", "torchair_dist.passes.scope_lowering:lower_scope_ops", "aot-pass",
           "TorchAir's scope_enter/scope_exit ops (a user pass's) -> stream switches "
           "(_user_stream_label) or node.meta['custom'] attributes"),
-    Stage("scope_attrs", "torchair_dist.scope:report_scope_attrs", "aot-pass",
+    Stage("scope_attrs", "torchair_dist.passes.scope_attrs:report_scope_attrs", "aot-pass",
           "TorchAir's Ascend-only scopes (super_kernel, limit_core_num, op_never_timeout, "
           "data_dump) stay in node.meta['custom']; a warning names each found"),
     Stage("overlap", "torchair_dist.passes.overlap:schedule_overlap", "aot-pass",
@@ -208,12 +208,12 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "order the graph GE receives by BFS/RDFS (DFS/StableRDFS: program order); side "
           "effects never move", gate="experimental_config.topology_sorting_strategy",
           runs_when=lambda v: v in _REORDERING),
-    Stage("stream_order", "torchair_dist.streams.ordering:order_streams", "aot-pass",
+    Stage("stream_order", "torchair_dist.passes.stream_ordering:order_streams", "aot-pass",
           "every value read on a stream other than its producer's is ordered: an event "
           "(record after the producer, wait before the reader) only where the one order model "
           "finds nothing in the program ordering the read; each such value protected by "
           "record_stream; the user's unordered torch.Stream reads are named by a warning"),
-    Stage("stream_order_check", "torchair_dist.streams.happens_before:check_stream_order",
+    Stage("stream_order_check", "torchair_dist.passes.happens_before:check_stream_order",
           "aot-pass", "refuse a graph with a cross-stream data edge that no event, wait, fork, "
           "join or synchronize orders (the one order model: happens-before as vector clocks)",
           gate="debug.check_stream_order", runs_when=_check_stream_order),

@@ -1,10 +1,13 @@
-"""User streams and events in graph mode: tagged ops, user APIs and the rewrite pass.
+"""User streams and events in graph mode: tagged ops, user APIs, their kernels and the order
+model. The graph passes over them live in :mod:`torchair_dist.passes` (``stream_rewrite``,
+``stream_ordering``, ``happens_before``, ``scope_lowering``).
 
 * :mod:`.api`: ``npu_stream_switch``, ``npu_wait_tensor``, tagged events, ``record_stream``.
-* :mod:`.stream_ops`: the ``torchair_dist_streams`` op library those APIs (and the rewrite) emit.
-* :mod:`.rewrite`: ``rewrite_streams``, the ``streams`` stage: run on the Dynamo graph before
-  AOT in every mode (the ACL modes run the ops, the GE mode turns them into stream attributes).
+* :mod:`.stream_ops`: the ``torchair_dist_streams`` op library those APIs (and the passes) emit.
+* :mod:`.scope_ops`: TorchAir's ``air`` / ``npugraph_ex`` ``scope_enter`` / ``scope_exit`` ops.
 * :mod:`.runtime`: the ops' kernels (ordering only on CPU; real streams with a device).
+* :mod:`.order_model`: what a device orders over a graph's streams (happens-before), read by
+  the stream passes, ``debug.deadlock_check`` and the CPU model of concurrency.
 """
 from ..errors import StreamApiError
 from .api import (TaggedEvent, npu_create_tagged_event, npu_record_tagged_stream,

@@ -4,7 +4,7 @@ They mirror TorchAir's (``torchair.scope.npu_stream_switch``, ``torchair.ops.npu
 the tagged events). Traced (``torch.compile``, ``torch.export``, ``make_fx``) they emit the
 ``torchair_dist_streams`` ops of :mod:`.stream_ops`, which survive tracing, functionalization
 and dead-code elimination; the compiled graph runs the scopes on real streams with a device,
-every cross-stream dependency ordered (:mod:`.ordering`).
+every cross-stream dependency ordered (:mod:`torchair_dist.passes.stream_ordering`).
 
 Called eagerly (outside any tracing) they keep TorchAir's eager meaning: program order on the
 current stream. ``npu_stream_switch`` switches no stream and ``npu_wait_tensor`` does nothing

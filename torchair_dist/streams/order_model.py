@@ -25,9 +25,10 @@ device the reader may run before the writer. :class:`GraphOrder` places an FX gr
 (``getitem`` and views only describe memory: a read of one is a read of the node whose device
 work produced it) and lists its cross-stream data reads with whether the graph orders each.
 
-Users: the ``stream_order`` stage (:mod:`.ordering`: an event only where nothing orders a read),
-the happens-before check (:mod:`.happens_before`), ``debug.deadlock_check`` and the CPU model of
-concurrency (``cpu/concurrency.py``, which schedules a replay by :attr:`Timeline.preds`).
+Users: the ``stream_order`` stage (``passes/stream_ordering.py``: an event only where nothing
+orders a read), the happens-before check (``passes/happens_before.py``),
+``debug.deadlock_check`` (``passes/deadlock_check.py``) and the CPU model of concurrency
+(``cpu/concurrency.py``, which schedules a replay by :attr:`Timeline.preds`).
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from ... import platform as _platform
 from ...base.dumps import dump_fx_graph
 from ...platform import stand_ins
 from ...platform.interfaces import CaptureFactory, CollectiveTransport
-from ...streams.ordering import EVENTS_ADDED
+from ...passes.stream_ordering import EVENTS_ADDED
 from ..context import Build, GraphContext
 from . import report
 from .capture import DeviceGraph

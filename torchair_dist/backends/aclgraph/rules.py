@@ -19,7 +19,7 @@ import torch.fx
 
 from ...platform.interfaces import CaptureSkipped, Uncapturable  # noqa: F401  (the runner's)
 from ...streams.stream_ops import NAMESPACE as STREAMS_NS
-from ...streams.rewrite import where
+from ...passes.stream_rewrite import where
 
 _COPY_OPS = ("aten._to_copy.default", "aten.copy_.default", "aten.copy.default",
              "prims.device_put.default", "aten._to_copy.out")

@@ -1,6 +1,6 @@
 """The happens-before check: every cross-stream data edge of a graph is ordered.
 
-The order is the one model's (:mod:`.order_model`: program order per stream, events, stream
+The order is the one model's (:mod:`..streams.order_model`: program order per stream, events, stream
 waits, fork/join, synchronize, collective waits). A data edge (a value produced on one stream
 and read on another) is *not* an ordering: on a device the reader may run before the writer.
 
@@ -18,12 +18,12 @@ import torch.fx
 
 from ..base.envvars import env_flag
 from ..errors import GraphValidationError
-from .order_model import GraphOrder
+from ..streams.order_model import GraphOrder
 
 # The code that decides what this module's stages make of a graph: the compile cache's key
 # hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
 GRAPH_SOURCES = (__name__, "torchair_dist.collectives.spec", "torchair_dist.streams.order_model",
-                 "torchair_dist.streams.rewrite", "torchair_dist.streams.runtime",
+                 "torchair_dist.passes.stream_rewrite", "torchair_dist.streams.runtime",
                  "torchair_dist.streams.stream_ops")
 
 CHECK_ENV = "TORCHAIR_DIST_CHECK_STREAM_ORDER"
@@ -32,7 +32,7 @@ CHECK_ENV = "TORCHAIR_DIST_CHECK_STREAM_ORDER"
 def unordered_edges(graph: torch.fx.Graph) -> List[str]:
     """Every cross-stream data edge of ``graph`` that no ordering covers, one line each:
     ``producer (stream, source line) -> consumer (stream, source line)``."""
-    from .rewrite import where
+    from .stream_rewrite import where
 
     order = GraphOrder(graph)
     if not order.uses_side_streams():

@@ -4,7 +4,7 @@ Torch 2.13 traces the device-agnostic ``torch.Stream`` / ``torch.Event`` into
 ``torch.ops.streams.*`` ops whose integer arguments index a per-frame object registry (the
 ``get_external_object_by_index(i)`` nodes carry the objects), and ``with stream:`` blocks into a
 ``node.meta['custom']['stream']`` annotation only. This pass turns all of it into the tagged
-``torchair_dist_streams`` ops (:mod:`.stream_ops`), which AOT, functionalization and DCE keep in order:
+``torchair_dist_streams`` ops (:mod:`..streams.stream_ops`), which AOT, functionalization and DCE keep in order:
 
 * each stream/event object gets a stable per-graph tag, ``g<N>_stream<k>`` / ``g<N>_event<k>``
   in order of first appearance (``N`` counts the graphs this process rewrote, so ranks that
@@ -36,8 +36,8 @@ import torch
 import torch.fx
 
 from ..errors import GraphValidationError
-from . import runtime
-from .stream_ops import NAMESPACE, ops
+from ..streams import runtime
+from ..streams.stream_ops import NAMESPACE, ops
 
 # The code that decides what this module's stages make of a graph: the compile cache's key
 # hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).

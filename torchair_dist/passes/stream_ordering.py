@@ -12,7 +12,7 @@ every scope the graph's own stream, ``""``). Two pipeline stages use it:
   streams; the built-in passes never fuse or reinplace across it (:func:`same_stream`).
 * ``stream_order`` (after the last pass that rewrites the graph): :func:`order_streams`
   makes every value produced on stream S and read on stream T != S ordered, adding an event
-  only where nothing already orders the read. The one order model (:mod:`.order_model`) says
+  only where nothing already orders the read. The one order model (:mod:`..streams.order_model`) says
   what the program orders: its own events and waits, ``npu_wait_tensor``, stream waits,
   fork/join, synchronize, collective waits, and what they imply transitively. A read it does
   not prove ordered gets an ``event_record(ev, S)`` right after the producer and an
@@ -43,15 +43,15 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.fx
 
-from . import runtime
-from .order_model import GraphOrder
-from .rewrite import where
-from .stream_ops import NAMESPACE, ops
+from ..streams import runtime
+from ..streams.order_model import GraphOrder
+from ..streams.stream_ops import NAMESPACE, ops
+from .stream_rewrite import where
 
 # The code that decides what this module's stages make of a graph: the compile cache's key
 # hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
 GRAPH_SOURCES = (__name__, "torchair_dist.collectives.spec", "torchair_dist.streams.order_model",
-                 "torchair_dist.streams.rewrite", "torchair_dist.streams.runtime",
+                 "torchair_dist.passes.stream_rewrite", "torchair_dist.streams.runtime",
                  "torchair_dist.streams.stream_ops")
 
 log = logging.getLogger("torchair_dist")
@@ -120,7 +120,7 @@ def cross_stream_reads(graph: torch.fx.Graph):
     """``[(producer, reader, producer stream, reader stream, ordered)]`` for every value read
     on a stream other than the one whose work produced it (graph inputs excluded: the graph's
     fork orders them), in program order of the readers; ``ordered``: whether the graph's own
-    ordering (:mod:`.order_model`) makes the read happen after the producer. The output node
+    ordering (:mod:`..streams.order_model`) makes the read happen after the producer. The output node
     reads on the graph's stream ``""``."""
     return [(r.producer, r.reader, r.producer_stream, r.reader_stream, r.ordered)
             for r in GraphOrder(graph).cross_reads]
