@@ -88,12 +88,14 @@ def test_max_autotune_switches_to_stable_rdfs_with_a_warning():
 
 
 def test_single_p2p_op_keeps_the_strategy():
+    from torchair_dist.pipeline import stages
+
     cfg = torchair_dist.CompilerConfig()
     cfg.mode = "max-autotune"
     gm = make_fx(lambda x: td.send(x, 1, 0, "g"), tracing_mode="fake")(torch.ones(2))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        p2p.preprocess_send_recv(gm, cfg)
+        stages.run_stages(cfg, "dynamo-pass", gm, cfg)
     assert cfg.experimental_config.topology_sorting_strategy.raw == "DFS"
 
 

@@ -9,7 +9,8 @@ The remap (:mod:`.remap`) captures every point-to-point call as ``torchair_dist.
   into the user's buffer, so every later reader of the buffer depends on the receive (no pass can
   read the buffer before the data is there; TorchAir/stock ``irecv`` leave no such edge).
 
-:func:`preprocess_send_recv` adds what needs the whole graph:
+:func:`assign_tags` adds what needs the whole graph (the ``send_recv`` stage,
+:mod:`torchair_dist.passes.send_recv`, runs it):
 
 * **tags identical on both ranks** — the n-th message from rank ``a`` to rank ``b`` with user tag
   ``t`` on a group gets tag ``t * TAG_STRIDE + n`` on the sender AND on the receiver (each counts
@@ -17,13 +18,12 @@ The remap (:mod:`.remap`) captures every point-to-point call as ``torchair_dist.
   program interleaves channels in — what HCCL/GE ``sr_tag`` matching needs;
 * **max-autotune** — with more than one p2p op, GE's topological ordering is switched to
   ``"StableRDFS"`` (keeps program order) with a ``UserWarning``, as TorchAir does
-  (:func:`keep_p2p_program_order`, its own stage, which the stage table runs only in GE mode).
+  (the ``p2p_order`` stage in :mod:`torchair_dist.passes.send_recv`, GE mode only).
 """
 from __future__ import annotations
 
 import collections
 import logging
-import warnings
 from typing import Dict, Tuple
 
 import torch
@@ -31,10 +31,6 @@ import torch
 from ..errors import CollectiveCaptureError
 from ..base.util import current_rank_and_world, op_name
 from . import spec
-
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__, "torchair_dist.collectives.spec")
 
 log = logging.getLogger("torchair_dist")
 
@@ -93,28 +89,3 @@ def assign_tags(gm: torch.fx.GraphModule) -> int:
 def count_p2p(gm: torch.fx.GraphModule) -> int:
     names = (op_name(n.target) for n in gm.graph.nodes if n.op == "call_function")
     return sum(1 for n in names if n in P2P_OPS)
-
-
-def preprocess_send_recv(gm, config):
-    """The ``send_recv`` stage, on the Dynamo graph before AOT. Returns the graph.
-
-    Requires: a Dynamo graph. Guarantees: send/recv tags are matched across ranks (see the
-    module docstring)."""
-    assign_tags(gm)
-    return gm
-
-
-def keep_p2p_program_order(gm, config):
-    """The ``p2p_order`` stage (GE only; the stage table runs it when
-    ``experimental_config.topology_sorting_strategy`` is not already ``"StableRDFS"``): with
-    more than one send/recv op, the strategy becomes ``"StableRDFS"`` (``config`` is the
-    compile's private copy) and a ``UserWarning`` says so, as TorchAir does: GE's other
-    orderings may move a send past the receive its peer waits for."""
-    n = count_p2p(gm)
-    if n > 1:
-        warnings.warn(
-            f"the graph has {n} send/recv ops; topology_sorting_strategy changed to "
-            f"'StableRDFS' so GE keeps their program order (other strategies may reorder them)",
-            UserWarning, stacklevel=2)
-        config.experimental_config.topology_sorting_strategy = "StableRDFS"
-    return gm

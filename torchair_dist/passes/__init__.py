@@ -1,6 +1,6 @@
 """Graph passes, shared by both backends: the one place a pipeline stage that takes an FX graph
-and rewrites or inspects it lives (the one exception is ``send_recv``,
-``collectives/p2p.py``: the collectives' own preprocessing). A pass is
+and rewrites or inspects it lives (the send/recv stages included: :mod:`.send_recv`, over
+``collectives/p2p.py``'s tag matching). A pass is
 ``(gm, example_inputs, config) -> gm`` on AOT's graph, ``(gm, config) -> gm`` on the Dynamo
 graph; ``pipeline/stages.py`` says which mode runs which.
 

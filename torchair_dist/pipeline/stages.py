@@ -135,9 +135,9 @@ _EXPORT_READS = ("export.export_path_dir", "export.export_name", "export.weight_
                  "export.experimental.enable_record_nn_module_stack")
 
 STAGES: Dict[str, Stage] = {s.name: s for s in (
-    Stage("send_recv", "torchair_dist.collectives.p2p:preprocess_send_recv", "dynamo-pass",
+    Stage("send_recv", "torchair_dist.passes.send_recv:preprocess_send_recv", "dynamo-pass",
           "tag matching send/recv pairs and make receive buffers real dependencies"),
-    Stage("p2p_order", "torchair_dist.collectives.p2p:keep_p2p_program_order", "dynamo-pass",
+    Stage("p2p_order", "torchair_dist.passes.send_recv:keep_p2p_program_order", "dynamo-pass",
           "with more than one send/recv, GE orders the graph StableRDFS (program order) and a "
           "warning says so", gate="experimental_config.topology_sorting_strategy",
           runs_when=lambda v: v != "StableRDFS"),

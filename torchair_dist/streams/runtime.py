@@ -9,7 +9,7 @@ use, like TorchAir's tag -> stream map), an event tag names one event. Inside a 
 capture these calls are captured like any other stream work, which is how replay overlaps what
 the user put on side streams: the rewrite brackets each graph with ``fork`` (side streams wait
 for the capture stream) and ``join`` (the capture stream waits for them), and the
-``stream_order`` stage (:mod:`.ordering`) puts an ``event_record`` / ``event_wait`` pair on
+``stream_order`` stage (:mod:`torchair_dist.passes.stream_ordering`) puts an ``event_record`` / ``event_wait`` pair on
 every value read on another stream than its producer's and a ``record_stream`` on its memory.
 
 These kernels are what a compiled graph runs: ``stream_enter`` really switches (without
