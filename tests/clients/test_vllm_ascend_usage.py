@@ -286,14 +286,14 @@ def u_enable_view_optimize_true_is_honest(tmp_path, caplog):
     warning of ineffective options names it (never silently accepted)."""
     import warnings
 
-    from torchair_dist.pipeline import stages
+    from torchair_dist.pipeline import option_support
 
     config = runner_config()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torchair.get_npu_backend(compiler_config=config)
     named = " ".join(str(w.message) for w in caught if "do not take effect" in str(w.message))
-    effective = "experimental_config.enable_view_optimize" in stages.effective_options(config)
+    effective = "experimental_config.enable_view_optimize" in option_support.effective_options(config)
     assert effective or "enable_view_optimize" in named
 
 

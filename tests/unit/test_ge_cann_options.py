@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import torchair_dist
-from torchair_dist.pipeline import stages as pipeline
+from torchair_dist.pipeline import option_support
 from torchair_dist import platform as td_platform
 from torchair_dist.backends.ge.runtime import cann, cann_options
 from torchair_dist.cpu.ge_reference import ReferenceRuntime
@@ -107,6 +107,6 @@ def test_compile_hands_the_options_to_the_runtime(fake_npu, tmp_path):
 def test_the_same_options_warn_on_cpu():
     cfg = torchair_dist.CompilerConfig()
     cfg.ge_config.enable_single_stream = True
-    found = pipeline.ineffective_options(cfg, platform="cpu")
+    found = option_support.ineffective_options(cfg, platform="cpu")
     assert found["ge_config.enable_single_stream"][1] == "only on npu"
-    assert "ge_config.enable_single_stream" not in pipeline.ineffective_options(cfg, "npu")
+    assert "ge_config.enable_single_stream" not in option_support.ineffective_options(cfg, "npu")

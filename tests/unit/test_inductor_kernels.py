@@ -9,7 +9,7 @@ from torch._inductor import metrics
 import torchair_dist
 from torchair_dist.backends.context import GraphContext
 from torchair_dist.backends.aclgraph.compile import device_allows_inductor
-from torchair_dist.pipeline.stages import check_config_support
+from torchair_dist.pipeline.option_support import check_config_support
 
 ATOL = 1e-5
 

@@ -38,7 +38,8 @@ LEVELS = {
     "torchair_dist.scope": 2, "torchair_dist.ops": 2,
     "torchair_dist.backends.": 3, "torchair_dist.cpu.": 3,
     "torchair_dist.platform.stand_ins": 3,  # the chooser: imports the CPU wing
-    "torchair_dist.pipeline.stages": 4, "torchair_dist.pipeline.route": 4,
+    "torchair_dist.pipeline.stages": 4, "torchair_dist.pipeline.option_support": 4,
+    "torchair_dist.pipeline.route": 4,
     "torchair_dist.pipeline.aot": 4, "torchair_dist.tools.fx_summary": 4, "torchair_dist.ge": 4,
     "torchair_dist.pipeline.entry": 5,
     "torchair_dist.pipeline.dynamo_export": 6, "torchair_dist.cache.": 6,

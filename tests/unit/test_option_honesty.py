@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 import torchair_dist
+from torchair_dist.pipeline import option_support
 from torchair_dist.pipeline import stages as pipeline
 from torchair_dist.configs import CompilerConfig, track_option_reads
 from torchair_dist.configs.option import (CallableOption, ChoiceOption,
@@ -97,7 +98,7 @@ def test_every_option_is_honest(mode, tmp_path, monkeypatch):
         if value is None:
             continue  # an option with a single accepted value (e.g. jit_compile="auto")
         cfg.option(path).set(value)
-        declared_off = pipeline.ineffective_options(cfg)
+        declared_off = option_support.ineffective_options(cfg)
         named, reads = compile_once(cfg)
         warned = bool(named) and f"config.{path}=" in named[0]
         if len(named) > 1:
@@ -106,7 +107,7 @@ def test_every_option_is_honest(mode, tmp_path, monkeypatch):
             problems.append(f"{path}: declared ineffective={path in declared_off}, warned={warned}")
         if path not in declared_off and path not in reads:
             problems.append(f"{path}: declared effective but never read")
-        lying = reads - pipeline.effective_options(cfg)
+        lying = reads - option_support.effective_options(cfg)
         if lying:
             problems.append(f"{path}: code read {sorted(lying)}, declared ineffective")
     assert not problems, "\n".join(problems)
@@ -121,16 +122,16 @@ def test_warning_names_the_reason():
     cfg.experimental_config.memory_efficiency = True
     cfg.debug.aclgraph.clone_input = False
     cfg.npugraphex_config.capture_error_mode = "relaxed"
-    found = pipeline.ineffective_options(cfg, platform="cpu")
+    found = option_support.ineffective_options(cfg, platform="cpu")
     assert "nowhere" not in found["ge_config.enable_single_stream"][1]
     assert found["export.export_name"][1] == "only in mode max-autotune"
     assert found["debug.fx_summary.skip_compile"][1] == "only when debug.fx_summary.type is on"
     assert "not implemented" in found["experimental_config.memory_efficiency"][1]
     assert found["npugraphex_config.capture_error_mode"][1] == "only on cuda/npu"
-    assert "npugraphex_config.capture_error_mode" not in pipeline.ineffective_options(cfg, "cuda")
+    assert "npugraphex_config.capture_error_mode" not in option_support.ineffective_options(cfg, "cuda")
     assert "debug.aclgraph.clone_input" not in found  # the CPU stand-in captures too
     cfg.mode = "max-autotune"
-    found = pipeline.ineffective_options(cfg, platform="cpu")
+    found = option_support.ineffective_options(cfg, platform="cpu")
     assert found["export.export_name"][1] == "only when export.export_mode is on"
 
 
@@ -141,7 +142,7 @@ def test_one_warning_per_compile_lists_every_ineffective_option():
     cfg.experimental_config.topology_sorting_strategy = "BFS"
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
-        pipeline.check_config_support(cfg, platform="cpu")
+        option_support.check_config_support(cfg, platform="cpu")
     user = [w for w in rec if w.category is UserWarning]
     assert len(user) == 1
     text = str(user[0].message)
@@ -155,14 +156,14 @@ def test_default_config_warns_nothing():
         cfg.mode = mode
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert pipeline.check_config_support(cfg) == []
+            assert option_support.check_config_support(cfg) == []
 
 
 def test_reduce_overhead_is_deprecated():
     cfg = CompilerConfig()
     cfg.mode = "reduce-overhead"
     with pytest.warns(DeprecationWarning, match="npugraph_ex"):
-        pipeline.check_config_support(cfg)
+        option_support.check_config_support(cfg)
 
 
 def test_options_argument_goes_through_the_same_check():

@@ -10,7 +10,7 @@ import torchair_dist
 from torchair_dist import CompilerConfig, get_npu_backend
 from torchair_dist.backends.aclgraph.outputs import StaleOutputError
 from torchair_dist.errors import ConfigError
-from torchair_dist.pipeline import stages as pipeline
+from torchair_dist.pipeline import option_support
 
 pytestmark = pytest.mark.usefixtures("record_capture")
 
@@ -151,12 +151,12 @@ def test_piecewise_options_that_do_not_take_effect_are_named():
     cfg = CompilerConfig()
     cfg.mode = "max-autotune"
     cfg.npugraphex_config.piecewise = True
-    found = pipeline.ineffective_options(cfg, platform="cpu")
+    found = option_support.ineffective_options(cfg, platform="cpu")
     assert found["npugraphex_config.piecewise"][1] == "only in mode npugraph_ex / reduce-overhead"
     cfg = CompilerConfig()
     cfg.mode = "npugraph_ex"
     cfg.npugraphex_config.splitting_ops = ["aten.mm"]
-    found = pipeline.ineffective_options(cfg, platform="cpu")
+    found = option_support.ineffective_options(cfg, platform="cpu")
     assert found["npugraphex_config.splitting_ops"][1] == \
         "only when npugraphex_config.piecewise is on"
     with warnings.catch_warnings(record=True) as caught:

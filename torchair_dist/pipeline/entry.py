@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 
+from . import option_support
 from . import stages as pipeline
 from .. import platform
 from ..base.log import init_logging
@@ -38,7 +39,7 @@ def get_npu_backend(*, compiler_config: Optional[CompilerConfig] = None,
     elif not isinstance(compiler_config, CompilerConfig):
         raise ConfigTypeError(f"compiler_config must be a torchair_dist.CompilerConfig, got "
                               f"{type(compiler_config).__name__}")
-    pipeline.check_config_support(compiler_config)
+    option_support.check_config_support(compiler_config)
     decompositions = merge_decompositions(custom_decompositions)
     apply_platform_patches()
     backend = functools.partial(_npu_backend, compiler_config=compiler_config,
@@ -94,7 +95,7 @@ def _npu_backend(gm: torch.fx.GraphModule, example_inputs, *, compiler_config: C
     elif kwargs.get("options") or kwargs.get("mode") is not None:
         # options= or mode= changed the config: it gets the same honesty check and
         # reduce-overhead's deprecation warning as a CompilerConfig does.
-        pipeline.check_config_support(config, stacklevel=2)
+        option_support.check_config_support(config, stacklevel=2)
     gm = pipeline.run_stages(config, "dynamo-pass", gm, config)
     compiler = compiler_factory(config)
     return pipeline.run_stages(config, "aot", gm, example_inputs, compiler, decompositions)

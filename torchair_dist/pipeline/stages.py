@@ -21,20 +21,19 @@ no stage re-checks its own gate. One calling convention per level:
   started; the route then has the backend finish it (``route.build_runner``);
 * ``runtime``: ``fn(runner, ctx) -> runner`` around the runner (the cross-rank check).
 
-Option support is *derived* from these declarations (:func:`effective_options`): an option takes
+Option support is *derived* from these declarations (:mod:`.option_support`'s
+``effective_options``): an option takes
 effect when a stage that runs for this mode, platform and config reads it; any other option the
-user set is named in ONE warning per compile with the reason (:func:`check_config_support`).
+user set is named in ONE warning per compile with the reason (``check_config_support``).
 ``tests/unit/test_option_honesty.py`` compiles with every option set and checks the declared
 reads against the reads the code really makes, so the table cannot drift from the code.
 """
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from ..backends.ge.runtime import cann_options as _cann
-from ..base.envvars import CPU_CAPTURE_ENV
 from ..configs import CompilerConfig
 from ..errors import UnsupportedModeError
 from ..passes.topo_sort import REORDERING as _REORDERING
@@ -385,74 +384,6 @@ def graph_sources(mode: str) -> Tuple[str, ...]:
 def current_platform() -> str:
     from .. import platform as _platform
     return _platform.current().name
-
-
-# -- option support, derived from the table ---------------------------------------------------
-def effective_options(config: CompilerConfig, platform: Optional[str] = None) -> FrozenSet[str]:
-    """Options that take effect for ``config`` on ``platform`` (default: this process's)."""
-    platform = platform or current_platform()
-    found = set(ALWAYS_READ)
-    for stage in stages_of(config.peek("mode")):
-        if platform not in stage.platform_set():
-            continue
-        if stage.requires is not None and not STAGES[stage.requires].runs(config):
-            continue  # its gate is read only after the required stage's
-        if stage.gate:
-            found.add(stage.gate)
-        if stage.runs(config):
-            found.update(stage.reads)
-    return frozenset(found)
-
-
-def _why_not(path: str, config: CompilerConfig, platform: str) -> str:
-    mode = config.peek("mode")
-    readers = [s for s in STAGES.values() if path in s.all_options()]
-    if not readers:
-        return "not implemented by torchair_dist (accepted for TorchAir compatibility)"
-    here = [s for s in readers if s.name in mode_row(mode).stages]
-    if not here:
-        modes = sorted(m for m, row in MODE_TABLE.items()
-                       if any(s.name in row.stages for s in readers))
-        return f"only in mode {' / '.join(modes)}"
-    on_platform = [s for s in here if platform in s.platform_set()]
-    if not on_platform:
-        where = sorted(set().union(*(s.platform_set() for s in here)))
-        extra = (f"; on CPU unset {CPU_CAPTURE_ENV}=off" if any(s.name == "capture" for s in here)
-                 else "")
-        return f"only on {'/'.join(where)}{extra}"
-    gates = sorted({s.gate for s in on_platform if s.gate and s.gate != path} |
-                   {STAGES[s.requires].gate for s in on_platform if s.requires})
-    return f"only when {' or '.join(gates)} is on" if gates else "not read in this configuration"
-
-
-def ineffective_options(config: CompilerConfig,
-                        platform: Optional[str] = None) -> Dict[str, Tuple[object, str]]:
-    """{path: (value, reason)} of the options set away from their defaults that do not take
-    effect for this mode, platform and config."""
-    platform = platform or current_platform()
-    effective = effective_options(config, platform)
-    return {path: (config.peek(path), _why_not(path, config, platform))
-            for path, opt in config.leaves() if opt.is_set() and path not in effective}
-
-
-DEPRECATION_MESSAGE = ('The "reduce-overhead" mode configuration will be deprecated. '
-                       'Please use the "npugraph_ex" backend (mode="npugraph_ex").')
-
-
-def check_config_support(config: CompilerConfig, platform: Optional[str] = None,
-                         stacklevel: int = 3) -> List[str]:
-    """ONE ``UserWarning`` naming every set option that does not take effect, with the reason;
-    a ``DeprecationWarning`` for ``reduce-overhead``. Returns the paths named."""
-    platform = platform or current_platform()
-    found = ineffective_options(config, platform)
-    mode = config.peek("mode")
-    if found:
-        listed = "; ".join(f"config.{k}={v!r} ({why})" for k, (v, why) in found.items())
-        warnings.warn(f"torchair_dist: these options do not take effect in {mode} mode on "
-                      f"{platform}: {listed}", UserWarning, stacklevel=stacklevel)
-    if mode == "reduce-overhead":
-        warnings.warn(DEPRECATION_MESSAGE, DeprecationWarning, stacklevel=stacklevel)
-    return list(found)
 
 
 # -- step numbers (the README's stage table, tools/docs.py, numbers each mode's column) ------
