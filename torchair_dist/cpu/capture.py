@@ -56,7 +56,8 @@ def capture_factory(gm: torch.fx.GraphModule, graph_name: str, share_pool: bool,
     the record stand-in cannot record (it would replay the FX graph's aten ops instead): such a
     graph gets the emulating stand-in (fixed buffers, the forward runs per replay).
     ``pool``: another factory's ``pool`` to join (the pieces of one piecewise graph)."""
-    from .record import RecordGraph, RecordPool
+    from .record import RecordGraph
+    from .record_pool import RecordPool
 
     stand_in = cpu_capture_mode()
     if stand_in == "record" and opaque_forward:

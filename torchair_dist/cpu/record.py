@@ -26,14 +26,13 @@ before their reuse and asynchronous collective outputs until their wait (:mod:`.
 Captures of one runner that share a memory pool model the worst case of a real pool: a replay
 overwrites the outputs of the graphs captured after it in the same pool (as a device graph's
 intermediates may reuse blocks those outputs later took), so code that keeps outputs of one
-shape across another shape's replay sees garbage on CPU too.
+shape across another shape's replay sees garbage on CPU too (:mod:`.record_pool`).
 """
 from __future__ import annotations
 
 import contextlib
 import itertools
 import re
-import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
@@ -46,7 +45,8 @@ from ..platform.interfaces import CaptureGraph, CaptureSkipped, Uncapturable
 from ..passes.stream_rewrite import where
 from ..base.util import without_function_modes
 from .bindings import fast_call as _fast_call
-from .concurrency import _tensors, reordered_body, stream_order
+from .concurrency import reordered_body, stream_order
+from .record_pool import RecordPool, peak_bytes
 
 
 _HOST_CALLS = ("barrier", "monitored_barrier")
@@ -243,38 +243,6 @@ def _find_out_overload(func) -> Optional[torch._ops.OpOverload]:
     return None
 
 
-class RecordPool:
-    """The memory pool shared by the record graphs of one runner (see the module doc)."""
-
-    def __init__(self):
-        self.graphs: List[weakref.ref] = []
-
-    def add(self, graph: "RecordGraph") -> None:
-        self.graphs.append(weakref.ref(graph))
-
-    def clobber_after(self, graph: "RecordGraph") -> None:
-        """Overwrite the pool outputs of the graphs captured after ``graph``."""
-        if self.graphs and self.graphs[-1]() is graph:
-            return  # the latest capture: none after it
-        live = [g() for g in self.graphs]
-        live = [g for g in live if g is not None]
-        if graph not in live:
-            return
-        for later in live[live.index(graph) + 1:]:
-            for out in later.pool_outputs:
-                _poison(out)
-
-
-def _poison(t: torch.Tensor) -> None:
-    with torch.no_grad():
-        if t.is_floating_point() or t.is_complex():
-            t.fill_(float("nan"))
-        elif t.dtype == torch.bool:
-            t.fill_(True)
-        else:
-            t.fill_(-12345)
-
-
 class RecordGraph(CaptureGraph):
     """Capture by recording dispatched ops; replay re-issues them on the captured buffers.
 
@@ -358,7 +326,7 @@ class RecordGraph(CaptureGraph):
         exec(compile(self.source, "<torchair_dist record replay>", "exec"), namespace)  # noqa: S102
         self.run = self.replay_sole = namespace["make"](gen.consts)
         self._consts = gen.consts
-        self.peak_bytes = _peak_bytes(entries, inputs, outputs)
+        self.peak_bytes = peak_bytes(entries, inputs, outputs)
         self.ops = [entry[0] for entry in entries]  # what a replay issues, in order
 
     def pool_bytes(self) -> Optional[int]:
@@ -373,36 +341,6 @@ class RecordGraph(CaptureGraph):
         pool = self.pool
         if pool is not None and pool.graphs and pool.graphs[-1]() is not self:  # a later one
             pool.clobber_after(self)
-
-
-def _peak_bytes(entries, inputs, outputs) -> int:
-    """Peak bytes held by the allocations a record makes (see ``RecordGraph.pool_bytes``)."""
-    given = {t.untyped_storage().data_ptr() for t in _tensors(list(inputs))}
-    kept = {t.untyped_storage().data_ptr() for t in _tensors(list(outputs))}
-    size: Dict[int, int] = {}
-    born: Dict[int, int] = {}
-    last: Dict[int, int] = {}
-    for k, (_, args, kwargs, out) in enumerate(entries):
-        for t in _tensors(list(args)) + _tensors(kwargs):
-            last[t.untyped_storage().data_ptr()] = k
-        for t in _tensors(out):
-            ptr = t.untyped_storage().data_ptr()
-            if ptr not in given and ptr not in size:
-                size[ptr] = t.untyped_storage().nbytes()
-                born[ptr] = k
-            last[ptr] = max(last.get(ptr, k), k)
-    live = peak = 0
-    births: Dict[int, int] = {}
-    deaths: Dict[int, int] = {}
-    for ptr, n in size.items():
-        births[born[ptr]] = births.get(born[ptr], 0) + n
-        if ptr not in kept:
-            deaths[last[ptr]] = deaths.get(last[ptr], 0) + n
-    for k in range(len(entries)):
-        live += births.get(k, 0)
-        peak = max(peak, live)
-        live -= deaths.get(k, 0)
-    return peak
 
 
 _VALUE = re.compile(r"\bv\d+\b")

@@ -8,7 +8,7 @@ its own that captures per *its* input shapes. The pieces around attention see th
 not the length, so a decode captures once per batch size (vLLM's piecewise CUDA graphs).
 
 * One pool: the captured pieces of one graph get graph factories of one pool (the device's
-  pool handle; the CPU record stand-in's :class:`~torchair_dist.cpu.record.RecordPool`), unless
+  pool handle; the CPU record stand-in's :class:`~torchair_dist.cpu.record_pool.RecordPool`), unless
   ``debug.aclgraph.disable_mempool_reuse_in_same_fx`` gives each capture its own.
 * Declared ``capture_sizes``: the whole graph pads (its batch dim), once, at the top; the
   pieces then only see declared sizes, captured at the first call, largest first.
