@@ -2,7 +2,6 @@
 or stale result; a peer dying during set-up leaves nothing in ``/dev/shm`` (2 and 4 gloo ranks,
 both modes). Each case gave wrong sums, stale data or a leak before the set-up agreement, the
 per-exchange header and the unlink-on-every-path."""
-import glob
 import os
 
 import pytest
@@ -113,20 +112,29 @@ def test_ranks_with_different_dynamic_sizes_all_raise(rank_pool, mode, world):
 
 
 def _peer_dies_during_setup(rank, world):
+    """The segments this process made and left behind (not a before/after listing of
+    /dev/shm: the tests of the other xdist worker make and remove their own meanwhile)."""
     import torch
 
     from torchair_dist.cpu import shm, shm_segment
 
     shm.reset()
-    before = set(glob.glob(shm_segment.SEGMENT_PREFIX + "*"))
+    made = []
+    create = shm_segment._create_segment
+
+    def spy(size):
+        path, mm = create(size)
+        made.append(path)
+        return path, mm
+    shm_segment._create_segment = spy
     if rank == 1:
         def die(*args):
             os._exit(7)
         shm_segment._open_segment = die
     compiled = _compiled_all_reduce("npugraph_ex")
     result = _outcome(lambda: compiled(torch.ones(8)))
-    left = sorted(set(glob.glob(shm_segment.SEGMENT_PREFIX + "*")) - before)
-    return result, left
+    shm_segment._create_segment = create
+    return result, (made, [p for p in made if os.path.exists(p)])
 
 
 def test_a_peer_dying_during_setup_leaks_no_segment(rank_pool):
@@ -134,8 +142,9 @@ def test_a_peer_dying_during_setup_leaks_no_segment(rank_pool):
     with pytest.raises(RankFailure) as info:
         pool.run(_peer_dies_during_setup, timeout=90, failure_grace=40)
     assert info.value.per_rank[1].startswith("died"), info.value.per_rank
-    (kind, msg), left = info.value.results[0]
+    (kind, msg), (made, left) = info.value.results[0]
     assert kind != "ok", msg  # rank 0 failed instead of waiting forever
+    assert made, "rank 0 made no segment: the test no longer reaches the setup it means to"
     assert left == [], f"left in /dev/shm: {left}"
 
 
