@@ -7,26 +7,24 @@ graph's intermediates may reuse the blocks those outputs later took."""
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Dict, List
+from typing import Dict, List
 
 import torch
 
 from .concurrency import _tensors
 
-if TYPE_CHECKING:
-    from .record import RecordGraph
-
 
 class RecordPool:
-    """The memory pool shared by the record graphs of one runner (see the module doc)."""
+    """The memory pool shared by the record graphs (:class:`.record.RecordGraph`) of one
+    runner (see the module doc)."""
 
     def __init__(self):
         self.graphs: List[weakref.ref] = []
 
-    def add(self, graph: "RecordGraph") -> None:
+    def add(self, graph) -> None:
         self.graphs.append(weakref.ref(graph))
 
-    def clobber_after(self, graph: "RecordGraph") -> None:
+    def clobber_after(self, graph) -> None:
         """Overwrite the pool outputs of the graphs captured after ``graph``."""
         if self.graphs and self.graphs[-1]() is graph:
             return  # the latest capture: none after it
