@@ -9,9 +9,8 @@ from __future__ import annotations
 import weakref
 from typing import Dict, List
 
-import torch
 
-from .concurrency import _tensors
+from .concurrency import _tensors, poison
 
 
 class RecordPool:
@@ -34,17 +33,7 @@ class RecordPool:
             return
         for later in live[live.index(graph) + 1:]:
             for out in later.pool_outputs:
-                _poison(out)
-
-
-def _poison(t: torch.Tensor) -> None:
-    with torch.no_grad():
-        if t.is_floating_point() or t.is_complex():
-            t.fill_(float("nan"))
-        elif t.dtype == torch.bool:
-            t.fill_(True)
-        else:
-            t.fill_(-12345)
+                poison(out)
 
 
 def peak_bytes(entries, inputs, outputs) -> int:
