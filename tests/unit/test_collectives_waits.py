@@ -164,3 +164,13 @@ def test_a_slow_healthy_peer_delays_the_error_by_the_grace_only(store):
         _run(store, 2, [_wait("world", 0), _wait("world", 1)])  # rank 1 never publishes
     assert "rank 1" not in str(info.value)
     assert time.monotonic() - t0 < waits.FAILED_GRACE_S + 5  # not the 20 s timeout
+
+
+def test_a_peer_failure_names_the_stage_and_graph_it_failed_in():
+    """A run-time fault is not reported as a compile failure ("failed in the run while
+    compiling graph_3" before)."""
+    from torchair_dist.collectives import failures
+
+    text = failures.describe({1: {"stage": "the run", "graph": "graph_3", "error": "boom"},
+                              2: {"stage": "compile", "graph": "", "error": "bad op"}})
+    assert text == "rank 1 failed in the run of graph_3: boom; rank 2 failed in compile: bad op"

@@ -173,7 +173,7 @@ def acknowledge_after_own_failure(world_size: int, store=None) -> None:
 def describe(records: Dict[int, dict]) -> str:
     parts = []
     for r, rec in sorted(records.items()):
-        where = f" while compiling {rec['graph']}" if rec.get("graph") else ""
+        where = f" of {rec['graph']}" if rec.get("graph") else ""
         parts.append(f"rank {r} failed in {rec.get('stage', '?')}{where}: {rec.get('error')}")
     return "; ".join(parts)
 
