@@ -220,3 +220,19 @@ def test_dynamo_reset_restarts_graph_numbering():
         names.append([g.graph_name for g in graphs])
         torch._dynamo.reset()
     assert names[1] == names[2] == ["graph_0", "graph_1"], names
+
+
+def test_thread_ranks_on_torch_before_2_13_are_warned_about(monkeypatch, caplog):
+    """Thread ranks are tested from torch 2.13 (2.11's Dynamo crashed the process): one
+    warning per process below it, none from it."""
+    import logging
+
+    from torchair_dist.pipeline import route
+
+    for version, warned in (("2.13.0", False), ("2.11.0", True), ("2.11.0", False)):
+        monkeypatch.setattr(torch, "__version__", version)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="torchair_dist"):
+            route._warn_thread_ranks_on_old_torch()
+        assert ("thread ranks" in caplog.text and "2.11.0" in caplog.text) == warned, version
+    route._warned_old_torch.clear()

@@ -121,8 +121,29 @@ def build_runner(ctx: GraphContext) -> Compiled:
         compiled = Compiled(made, None)
     runner = pipeline.run_stages(config, "runtime", compiled.runner, ctx)
     if ranks_are_threads():
+        _warn_thread_ranks_on_old_torch()
         runner = _one_rank_only(runner, ctx)
     return Compiled(runner, compiled.handle)
+
+
+_THREAD_RANKS_FROM = (2, 13)
+_warned_old_torch: List[bool] = []
+
+
+def _warn_thread_ranks_on_old_torch() -> None:
+    """Once per process: thread ranks are tested from torch 2.13. On 2.11 Dynamo crashed the
+    process (a segfault in ``FakeTensorMode.__enter__``) when one thread rank compiled while
+    its peer ran, and 2.11's ``destroy_process_group`` fails on the threaded world
+    (``ThreadLocalWorld`` has no ``comms``), leaving it to the process's later work."""
+    from torch.torch_version import TorchVersion
+
+    if _warned_old_torch or TorchVersion(torch.__version__) >= _THREAD_RANKS_FROM:
+        return
+    _warned_old_torch.append(True)
+    log.warning("torchair_dist: thread ranks (torch's threaded process group) are tested from "
+                "torch %d.%d; on torch %s Dynamo has crashed the process when one thread rank "
+                "compiled while another ran. Use process ranks (torchrun) or torch >= %d.%d.",
+                *_THREAD_RANKS_FROM, torch.__version__, *_THREAD_RANKS_FROM)
 
 
 def _one_rank_only(runner, ctx: GraphContext):
