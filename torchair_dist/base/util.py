@@ -144,6 +144,9 @@ PROCESS_STATE = {
     "torchair_dist.backends.aclgraph.report:_summary": RESET,
     "torchair_dist.backends.aclgraph.report:_events_added": RESET,
     "torchair_dist.pipeline.route:_graph_ids": RESET,
+    "torchair_dist.pipeline.route:_warned_old_torch":
+        "the once-per-process warning that thread ranks are tested from torch 2.13 (the torch "
+        "version cannot change within the process)",
     "torchair_dist.backends.aclgraph.inductor_kernels:_async_lowered":
         "the ops given an inductor lowering: inductor's lowering table lives as long as the "
         "process",
