@@ -19,9 +19,9 @@ from torch.testing._internal.common_distributed import spawn_threads_and_init_co
 
 from torchair_dist import CompilerConfig, get_npu_backend
 from torchair_dist.collectives import consistency
+from torchair_dist.base.torch_support import torch_at_least
 from torchair_dist.cpu import shm
 from torchair_dist.errors import CollectiveFaultError, CollectiveMismatchError, WrongRankError
-from torch.torch_version import TorchVersion
 
 # Thread ranks are tested from torch 2.13 (the library warns below it). Torch 2.11's Dynamo
 # crashed this process (a segfault in FakeTensorMode.__enter__ while one thread rank compiled
@@ -29,7 +29,7 @@ from torch.torch_version import TorchVersion
 # object has no attribute 'comms'"), which then stays for the worker's later tests (GE graphs
 # with extra inputs in unrelated files).
 pytestmark = pytest.mark.skipif(
-    TorchVersion(torch.__version__) < (2, 13),
+    not torch_at_least(2, 13),
     reason="thread ranks need torch >= 2.13: torch 2.11's Dynamo segfaults compiling on one "
            "thread rank while another runs, and its threaded world is never torn down")
 

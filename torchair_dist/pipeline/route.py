@@ -16,6 +16,7 @@ from . import stages as pipeline
 from ..configs import CompilerConfig
 from ..base.graph_context import (Backend, Build, Compiled, GraphContext,
                                   current_rank_and_world, eager_runner)
+from ..base.torch_support import torch_at_least
 from ..base.util import calling_rank, on_dynamo_reset, ranks_are_threads
 from ..collectives import failures
 from ..errors import BackendUnavailableError, WrongRankError
@@ -135,9 +136,7 @@ def _warn_thread_ranks_on_old_torch() -> None:
     process (a segfault in ``FakeTensorMode.__enter__``) when one thread rank compiled while
     its peer ran, and 2.11's ``destroy_process_group`` fails on the threaded world
     (``ThreadLocalWorld`` has no ``comms``), leaving it to the process's later work."""
-    from torch.torch_version import TorchVersion
-
-    if _warned_old_torch or TorchVersion(torch.__version__) >= _THREAD_RANKS_FROM:
+    if _warned_old_torch or torch_at_least(*_THREAD_RANKS_FROM):
         return
     _warned_old_torch.append(True)
     log.warning("torchair_dist: thread ranks (torch's threaded process group) are tested from "

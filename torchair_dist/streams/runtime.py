@@ -31,6 +31,7 @@ THIS DEVICE PATH IS NOT RUN HERE (CPU-only CI); tests drive it with a fake platf
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from typing import Dict, Iterator, List, Optional
 
@@ -197,10 +198,16 @@ def synchronize(stream: str) -> None:
         _module(plat).synchronize()
 
 
+@functools.lru_cache(maxsize=None)
+def _device_type_has_streams(device_type: str) -> bool:
+    return _platform.for_device(device_type).stream_class is not None
+
+
 def _on_streams(t: torch.Tensor) -> bool:
     """Whether the platform that owns ``t`` has streams (a device's memory; host memory is
-    ordered by program order alone)."""
-    return _platform.for_device(t.device.type).stream_class is not None
+    ordered by program order alone). Per replay on the CPU stand-in: answered once per device
+    type (what a device type offers does not change within a process)."""
+    return _device_type_has_streams(t.device.type)
 
 
 def wait_tensor(self: torch.Tensor, dependency: torch.Tensor, event: str) -> None:
