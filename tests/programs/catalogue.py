@@ -300,6 +300,28 @@ def item_checked_positive(x):
     return x * v
 
 
+# -- outputs that view an input, with symbolic sizes (AOT rebuilds them from the layout the
+# compiled graph returns: a dense result at offset 0 made every element wrong) -------------
+@program(lambda n: [randn(3 + n, 4, n=n)], dynamic_sizes=True)
+def narrow_of_input_dynamic(x):
+    return x.narrow(0, 1, x.size(0) - 1)
+
+
+@program(lambda n: [randn(3, 4 + n, n=n)], dynamic_sizes=True)
+def transposed_slice_of_input_dynamic(x):
+    return x.t()[:x.size(1) - 1]
+
+
+@program(lambda n: [randn(3 + n, 6, n=n)], dynamic_sizes=True)
+def strided_slice_of_input_dynamic(x):
+    return x[:, ::2][:x.size(0) - 1]
+
+
+@program(lambda n: [randn(4 + n, 3, n=n)], dynamic_sizes=True)
+def input_views_and_a_result_dynamic(x):
+    return x[1:], x[:, 1:][::2], x.sum(0)
+
+
 # -- dynamic sizes and Python on sizes -----------------------------------------------------
 @program(lambda n: [randn(7 + 2 * n, n=n)], dynamic_sizes=True)
 def round_and_trunc_of_sizes(x):

@@ -10,7 +10,15 @@ A compiled graph must hand back what eager would: the same values *and* the same
 - :class:`OutputLayout` / :func:`output_layouts`: what layout each output of an FX graph must
   have (from the graph's example values, static or symbolic), and :meth:`OutputLayout.conform`,
   which gives a tensor that layout where a backend produced another (GE returns dense
-  row-major tensors; eager may return channels_last or permuted ones).
+  row-major tensors; eager may return channels_last or permuted ones);
+- :func:`symbol_sources` / :class:`SymbolBinder`: where a run's inputs carry each symbol of a
+  graph with symbolic sizes, and the symbols' values for one run (a layout with symbolic sizes,
+  strides or storage offset is evaluated with them).
+
+A symbolic layout that is not a dense tensor at offset 0 (``x.narrow(0, 1, n)``, ``x[:, ::2][:n]``
+of an input: eager returns a view at an offset, with the input's strides) is kept as sympy
+expressions and evaluated per run: AOT rebuilds an output that aliases an input from the layout
+the compiled graph returns, so a dense result at offset 0 would make it view the wrong elements.
 """
 from __future__ import annotations
 
@@ -109,6 +117,18 @@ class OutputLayout:
 
     exact: Optional[Tuple[Tuple[int, ...], Tuple[int, ...], int]] = None
     order: Optional[Tuple[int, ...]] = None
+    # (sizes, strides, storage offset) as ints or sympy expressions over symbols the graph's
+    # inputs carry, where the layout is symbolic and not dense at offset 0: :meth:`at` gives
+    # the exact layout of one run
+    symbolic: Optional[Tuple[Tuple[Any, ...], Tuple[Any, ...], Any]] = None
+
+    def at(self, values: dict) -> "OutputLayout":
+        """This layout for one run: ``values`` binds the symbols (:class:`SymbolBinder`)."""
+        if self.symbolic is None:
+            return self
+        size, stride, offset = self.symbolic
+        return OutputLayout(exact=(_ints(size, values), _ints(stride, values),
+                                   _ints((offset,), values)[0]))
 
     def matches(self, t: torch.Tensor) -> bool:
         if self.exact is not None:
@@ -149,9 +169,19 @@ def _dense_strides(size, order: Sequence[int]) -> List[int]:
     return stride
 
 
-def layout_of(value: Any) -> Optional[OutputLayout]:
+def _ints(exprs, values: dict) -> Tuple[int, ...]:
+    return tuple(v if isinstance(v, int) else int(v.xreplace(values)) for v in exprs)
+
+
+def _plain(v: Any) -> Any:
+    """An int, or the sympy expression of a SymInt."""
+    return v.node.expr if isinstance(v, torch.SymInt) else int(v)
+
+
+def layout_of(value: Any, bound: frozenset = frozenset()) -> Optional[OutputLayout]:
     """The layout of an example value (a fake tensor), or None where it says nothing a run
-    can be held to (not a tensor; symbolic and not dense)."""
+    can be held to (not a tensor; symbolic, not dense at offset 0, and over a symbol outside
+    ``bound``, the symbols a run's inputs carry)."""
     if not isinstance(value, torch.Tensor):
         return None
     size, stride = tuple(value.size()), tuple(value.stride())
@@ -168,18 +198,82 @@ def layout_of(value: Any) -> Optional[OutputLayout]:
     except Exception:  # noqa: BLE001 - an unbacked size has no hint: nothing to hold to
         return None
     order = tuple(sorted(range(len(size)), key=lambda d: (-strides[d], d)))
-    if _dense_strides(sizes, order) != strides and not _same_strides(
-            sizes, strides, _dense_strides(sizes, order)):
+    dense = _dense_strides(sizes, order) == strides or _same_strides(
+        sizes, strides, _dense_strides(sizes, order))
+    if dense and isinstance(offset, int) and offset == 0:
+        return OutputLayout(order=order)
+    exprs = (tuple(_plain(n) for n in size), tuple(_plain(s) for s in stride), _plain(offset))
+    free = set()
+    for v in (*exprs[0], *exprs[1], exprs[2]):
+        if not isinstance(v, int):
+            free |= v.free_symbols
+    if not free <= bound:
         return None
-    return OutputLayout(order=order)
+    return OutputLayout(symbolic=exprs)
 
 
 def output_layouts(gm: torch.fx.GraphModule) -> List[Optional[OutputLayout]]:
     """Per flat output of ``gm``: the layout its example value (``meta['val']``) has."""
+    bound = frozenset(source[0] for source in symbol_sources(gm))
     found: List[Optional[OutputLayout]] = []
     for node in gm.graph.find_nodes(op="output"):
         outs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
         for out in outs:
             value = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
-            found.append(layout_of(value))
+            found.append(layout_of(value, bound))
     return found
+
+
+# (symbol, input position, what of the input carries it: "int" (a size input itself),
+# "size" / "stride" (with the dim), "offset")
+SymbolSource = Tuple[Any, int, str, int]
+
+
+def symbol_sources(gm: torch.fx.GraphModule) -> List[SymbolSource]:
+    """Where the graph's inputs carry each symbol as itself: a symbolic size input, or a
+    tensor input's size, stride or storage offset that is a bare symbol (the first place
+    for each symbol)."""
+    found: List[SymbolSource] = []
+    seen: set = set()
+
+    def add(v, i, kind, d):
+        if isinstance(v, torch.SymInt) and v.node.expr.is_Symbol and v.node.expr not in seen:
+            seen.add(v.node.expr)
+            found.append((v.node.expr, i, kind, d))
+
+    for i, node in enumerate(gm.graph.find_nodes(op="placeholder")):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt):
+            add(val, i, "int", 0)
+        elif isinstance(val, torch.Tensor):
+            for d, n in enumerate(val.size()):
+                add(n, i, "size", d)
+            for d, s in enumerate(val.stride()):
+                add(s, i, "stride", d)
+            add(val.storage_offset(), i, "offset", 0)
+    return found
+
+
+class SymbolBinder:
+    """The values of a graph's symbols in one run, read from the run's inputs where
+    :func:`symbol_sources` says they are."""
+
+    def __init__(self, sources: List[SymbolSource]):
+        self.sources = tuple(sources)
+
+    def __call__(self, args: Sequence[Any]) -> dict:
+        import sympy
+
+        values = {}
+        for sym, i, kind, d in self.sources:
+            arg = args[i]
+            if kind == "int":
+                v = int(arg)
+            elif kind == "size":
+                v = arg.size(d)
+            elif kind == "stride":
+                v = arg.stride(d)
+            else:
+                v = arg.storage_offset()
+            values[sym] = sympy.Integer(v)
+        return values

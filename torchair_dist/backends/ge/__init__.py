@@ -28,11 +28,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from ...base.envvars import env_flag
-from ...base.layout import OutputLayout, output_layouts
+from ...base.layout import OutputLayout, SymbolBinder, output_layouts, symbol_sources
 from ...base.util import input_device
 from ..context import Backend, Build, Compiled, GraphContext, boxed, own_copy
 from .fx2ge import ConvertedGraph, convert_graph
-from .output_views import ViewRebuilder, outputs_as_bases, symbol_sources
+from .output_views import ViewRebuilder, check_input_views, outputs_as_bases
 
 log = logging.getLogger("torchair_dist")
 
@@ -51,6 +51,9 @@ class GeBuild(Build):
     # (:mod:`.output_views`); ``layouts``: the layout each converted output must have
     views: Any = None
     layouts: List[Any] = dataclasses.field(default_factory=list)
+    # the symbols' values of one run, read from its inputs (symbolic layouts are evaluated
+    # with them)
+    binder: Optional[SymbolBinder] = None
 
 
 def convert_step(build: GeBuild) -> GeBuild:
@@ -71,9 +74,12 @@ def convert_step(build: GeBuild) -> GeBuild:
         from .registry_check import validate
 
         validate(converted.model)
+    binder = SymbolBinder(symbol_sources(gm))
+    layouts = output_layouts(gm)
+    check_input_views(gm, layouts, ctx.graph_name)
     return dataclasses.replace(
-        build, converted=converted, layouts=output_layouts(gm),
-        views=ViewRebuilder(views, symbol_sources(gm)) if views else None)
+        build, converted=converted, layouts=layouts, binder=binder,
+        views=ViewRebuilder(views, binder) if views else None)
 
 
 def dump_step(build: GeBuild) -> GeBuild:
@@ -124,7 +130,7 @@ def run_step(build: GeBuild) -> GeBuild:
     converted = _converted(build)
     runtime.load(converted.model.SerializeToString())
     return dataclasses.replace(build, runner=make_runner(converted, runtime, build.layouts,
-                                                         build.views))
+                                                         build.views, build.binder))
 
 
 def export_step(build: GeBuild) -> GeBuild:
@@ -176,28 +182,37 @@ def _distributed() -> bool:
 
 def make_runner(converted: ConvertedGraph, runtime: Any,
                 layouts: Optional[List[Optional[OutputLayout]]] = None,
-                views: Optional[Callable[[List[Any], List[Any]], List[Any]]] = None):
+                views: Optional[Callable[..., List[Any]]] = None,
+                binder: Optional[SymbolBinder] = None):
     """The boxed FX-convention runner around a loaded GE runtime. ``layouts``: per output,
     the layout the FX graph says it has (eager's); GE computes dense row-major tensors, so an
-    output laid out otherwise (channels_last, permuted, a strided buffer) is copied into that
-    layout after the run. ``views``: rebuilds outputs as views of another output, as eager
-    returns them (:class:`.output_views.ViewRebuilder`)."""
+    output laid out otherwise (channels_last, permuted, a strided buffer, a view of an input
+    at an offset) is copied into that layout after the run; a symbolic layout is evaluated
+    with the run's symbol values (``binder``). ``views``: rebuilds outputs as views of
+    another output, as eager returns them (:class:`.output_views.ViewRebuilder`)."""
     runner = _make_runner(converted, runtime)
     fixes = tuple((i, layout) for i, layout in enumerate(layouts or ())
                   if layout is not None and _needs_check(layout))
     if not fixes and views is None:
         return runner
+    symbolic = any(layout.symbolic is not None for _, layout in fixes)
+    if symbolic and binder is None:
+        raise RuntimeError("make_runner: a symbolic output layout needs the graph's binder")
 
     def laid_out(args: List[Any]):
         outs = list(runner(args))
+        values = binder(args) if symbolic else None
         for i, layout in fixes:
-            outs[i] = layout.conform(outs[i])
-        return views(outs, args) if views is not None else outs
+            outs[i] = layout.at(values).conform(outs[i]) if layout.symbolic else \
+                layout.conform(outs[i])
+        return views(outs, args, values) if views is not None else outs
     return boxed(laid_out)
 
 
 def _needs_check(layout: OutputLayout) -> bool:
     """Whether GE's dense row-major result can differ from ``layout``."""
+    if layout.symbolic is not None:
+        return True
     if layout.order is not None:
         return layout.order != tuple(range(len(layout.order)))
     size, stride, offset = layout.exact

@@ -20,6 +20,8 @@ from typing import Any, List, Optional, Tuple
 import torch
 import torch.fx
 
+from ...base.layout import SymbolBinder, _plain, symbol_sources
+
 aten = torch.ops.aten
 
 # (output position, position of its base among the outputs, sizes, strides, storage offset);
@@ -66,9 +68,39 @@ def _base_of(node: torch.fx.Node) -> Optional[torch.fx.Node]:
     return None if base.op == "placeholder" else base
 
 
-def _plain(v: Any) -> Any:
-    """An int, or the sympy expression of a SymInt."""
-    return v.node.expr if isinstance(v, torch.SymInt) else int(v)
+def views_an_input(node: Any) -> bool:
+    """Whether ``node`` is a view (through views of their first argument) of a graph input."""
+    if not isinstance(node, torch.fx.Node) or not _is_view(node):
+        return False
+    base = node
+    while _is_view(base):
+        base = base.args[0]
+        if not isinstance(base, torch.fx.Node):
+            return False
+    return base.op == "placeholder"
+
+
+def check_input_views(gm: torch.fx.GraphModule, layouts: List[Any], graph_name: str) -> None:
+    """Refuse a graph with an output that views an input where its layout cannot be known
+    per run (a size, stride or offset over a data-dependent symbol no input carries): AOT
+    rebuilds such an output from the layout the graph returns, and GE's dense result would
+    make it view the wrong elements."""
+    from ...errors import UnsupportedOpError
+
+    (output,) = gm.graph.find_nodes(op="output")
+    outs = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    for i, (out, layout) in enumerate(zip(outs, layouts)):
+        if layout is not None or not views_an_input(out):
+            continue
+        val = out.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        raise UnsupportedOpError(
+            f"{graph_name}: output {i} (%{out.name}) views a graph input with sizes "
+            f"{tuple(val.size())}, strides {tuple(val.stride())} and storage offset "
+            f"{val.storage_offset()} that the run's inputs do not determine (a data-dependent "
+            f"size); max-autotune cannot return that view. Return a copy "
+            f"(`.clone()`) or make the size static")
 
 
 def _layout(node: torch.fx.Node, bound) -> Optional[Tuple[Tuple[Any, ...], Tuple[Any, ...], Any]]:
@@ -85,28 +117,13 @@ def _layout(node: torch.fx.Node, bound) -> Optional[Tuple[Tuple[Any, ...], Tuple
     return layout
 
 
-def symbol_sources(gm: torch.fx.GraphModule) -> List[Tuple[Any, int, Optional[int]]]:
-    """(symbol, input position, dim or None) for each symbol an input carries as itself: a
-    symbolic size input, or a tensor input's dim whose size is a bare symbol."""
-    found = []
-    for i, node in enumerate(gm.graph.find_nodes(op="placeholder")):
-        val = node.meta.get("val")
-        if isinstance(val, torch.SymInt) and val.node.expr.is_Symbol:
-            found.append((val.node.expr, i, None))
-        elif isinstance(val, torch.Tensor):
-            for d, n in enumerate(val.size()):
-                if isinstance(n, torch.SymInt) and n.node.expr.is_Symbol:
-                    found.append((n.node.expr, i, d))
-    return found
-
-
 def outputs_as_bases(gm: torch.fx.GraphModule) -> Tuple[torch.fx.GraphModule, List[View]]:
     """A copy of ``gm`` whose outputs that view an intermediate are that intermediate, and the
     views to rebuild after a run (:class:`ViewRebuilder`); ``gm`` itself when no output needs
     it."""
     (output,) = gm.graph.find_nodes(op="output")
     outs = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
-    bound = {sym for sym, _, _ in symbol_sources(gm)}
+    bound = {source[0] for source in symbol_sources(gm)}
     plan = []
     for i, out in enumerate(outs):
         base = _base_of(out) if isinstance(out, torch.fx.Node) else None
@@ -141,16 +158,15 @@ class ViewRebuilder:
     """Makes each planned output again as a view of its base's run result; symbolic layouts
     are evaluated with the symbols read from the run's inputs."""
 
-    def __init__(self, views: List[View], sources: List[Tuple[Any, int, Optional[int]]]):
+    def __init__(self, views: List[View], binder: SymbolBinder):
         self.views = views
         self.symbolic = any(not isinstance(v, int) for _, _, size, stride, offset in views
                             for v in (*size, *stride, offset))
-        self.sources = sources if self.symbolic else []
+        self.binder = binder
 
-    def __call__(self, outs: List[Any], args: List[Any]) -> List[Any]:
-        values = {}
-        for sym, i, d in self.sources:
-            values[sym] = int(args[i]) if d is None else int(args[i].size(d))
+    def __call__(self, outs: List[Any], args: List[Any], values: Optional[dict] = None) -> List[Any]:
+        if self.symbolic and values is None:
+            values = self.binder(args)
 
         def ints(exprs):
             return [v if isinstance(v, int) else int(v.xreplace(values)) for v in exprs]
