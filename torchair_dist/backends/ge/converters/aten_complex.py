@@ -63,12 +63,13 @@ def copy_complex(cx, z):
     return _complex(cx, *_parts(cx, z))
 
 
-def _scale(cx, z, factor: float):
-    """z * factor for a complex z and a real factor."""
-    if factor == 1.0:
+def _scale(cx, z, factor):
+    """z * factor for a complex z and a real factor (a float, or a scalar float tensor where
+    the transformed sizes are symbolic: :func:`_norm_scale`)."""
+    if isinstance(factor, float) and factor == 1.0:
         return z
     re, im = _parts(cx, z)
-    f = cx.const(factor, re.dtype)
+    f = cx.const(factor, re.dtype) if isinstance(factor, float) else cx.cast(factor, re.dtype)
     return _complex(cx, cx.emit1("Mul", [("x1", re), ("x2", f)], desc=(re.dtype, re.shape)),
                     cx.emit1("Mul", [("x1", im), ("x2", f)], desc=(im.dtype, im.shape)))
 
@@ -80,14 +81,32 @@ def _along(cx, z, dim, op_type):
     return _back(cx, y, perm)
 
 
-def _norm_factor(normalization: int, n: int) -> float:
-    if normalization == 0:
+def _norm_scale(cx, x, dims, normalization: int, times_n: bool = False, extra=()):
+    """The scale of a transform over ``dims`` of ``x`` (and the lengths ``extra``):
+    normalisation 0 none, 1 1/sqrt(n), 2 1/n, times n where the GE op already divided by n
+    (IFFT, IRFFT). A float where every length is static; else a float32 scalar tensor
+    computed from the run's sizes (a constant n from symbolic dims read as -1 gave a wrong
+    scale before)."""
+    if x.dtype in _REAL_OF and any(x.shape[d] < 0 for d in dims):
+        x = _parts(cx, x)[0]  # GE's Shape takes no complex types
+    lengths = [cx.dim(x, d) for d in dims] + list(extra)
+    power = {0: 0.0, 1: -0.5, 2: -1.0}.get(normalization)
+    if power is None:
+        raise UnsupportedOpError(f"FFT normalization mode {normalization!r} is not 0, 1 or 2")
+    power += 1.0 if times_n else 0.0
+    if power == 0.0:
         return 1.0
-    if normalization == 1:
-        return 1.0 / math.sqrt(n)
-    if normalization == 2:
-        return 1.0 / n
-    raise UnsupportedOpError(f"FFT normalization mode {normalization!r} is not 0, 1 or 2")
+    if all(isinstance(v, int) for v in lengths):
+        return float(math.prod(lengths)) ** power
+    n = None
+    for v in lengths:
+        v = cx.tensor(v, torch.int64)
+        n = v if n is None else cx.emit1("Mul", [("x1", n), ("x2", v)], desc=(torch.int64, ()))
+    n = cx.cast(n, torch.float32)
+    if power == 1.0:
+        return n
+    return cx.emit1("Pow", [("x1", n), ("x2", cx.const(power, torch.float32))],
+                    desc=(torch.float32, ()))
 
 
 def _require_complex(cx, x):
@@ -96,59 +115,104 @@ def _require_complex(cx, x):
                                  "GE's FFT ops take complex64/complex128")
 
 
-def _sizes(x, dims):
-    n = 1
-    for d in dims:
-        n *= x.shape[d % len(x.shape)]
-    return n
+_SIZE_OPS = ["Shape", "Real", "GatherV2", "Mul", "Cast", "Pow", "Pack", "Const"]
 
 
 @register([aten._fft_c2c.default], ["Transpose", "FFT", "IFFT", "Real", "Imag", "Complex",
-                                    "Mul", "Const"])
+                                    *_SIZE_OPS])
 def _fft_c2c(cx, x, dim, normalization, forward):
     """Forward: FFT per dim; inverse: IFFT per dim (which divides by each length), so the
     requested normalisation is reached by scaling with n * factor."""
     _require_complex(cx, x)
-    n = _sizes(x, dim)
     y = x
     for d in dim:
         y = _along(cx, y, d, "FFT" if forward else "IFFT")
-    factor = _norm_factor(normalization, n)
-    return _scale(cx, y, factor if forward else factor * n)
+    return _scale(cx, y, _norm_scale(cx, x, dim, normalization, times_n=not forward))
 
 
-@register([aten._fft_r2c.default], ["Cast", "Fill", "Complex", "Transpose", "FFT", "Real",
-                                    "Imag", "Mul", "StridedSlice", "Const"])
+@register([aten._fft_r2c.default], ["Cast", "Fill", "Shape", "Complex", "Transpose", "FFT",
+                                    "RFFT", "Real", "Imag", "StridedSlice", "Conj", "ConcatV2",
+                                    *_SIZE_OPS])
 def _fft_r2c(cx, x, dim, normalization, onesided):
-    """The real signal made complex (zero imaginary part), a full FFT per dim, and for
-    ``onesided`` the first n//2+1 bins of the last dim (a real signal's spectrum is Hermitian,
-    so this is exactly what torch returns)."""
+    """A float32 signal: ``RFFT`` along the last transformed dim, then ``FFT`` along the
+    others (half the work of a complex FFT per dim); a two-sided result gets its other half
+    from the Hermitian symmetry X[k] = conj(X[-k]). A float64 signal (GE's RFFT takes float32)
+    is made complex (zero imaginary part) and transformed with a full FFT per dim, cut to the
+    first n//2+1 bins for ``onesided``; so is a two-sided transform over a dim of symbolic
+    length (its Hermitian half needs the length).
+
+    GE registers 1-D and 2-D transforms only, so an n-D FFT is a sequence of them; it is as
+    accurate as eager's (16^3 float32 ``fftn``: 2.25e-5 from the float64 result, eager 2.24e-5)
+    but not rounded alike: up to 3e-5 from eager's n-D kernel."""
     if x.dtype not in _COMPLEX_OF:
         raise UnsupportedOpError(f"%{cx.node.name}: _fft_r2c of a {x.dtype} tensor (float32 "
                                  "or float64 signals only)")
-    zeros = cx.emit1("Fill", [("dims", cx.const(list(x.shape), torch.int64)),
-                              ("value", cx.const(0, x.dtype))], desc=(x.dtype, x.shape))
+    rank = len(x.shape)
+    last = dim[-1] % rank
+    if x.dtype == torch.float32 and (onesided or all(x.shape[d] >= 0 for d in dim)):
+        return _r2c_by_rfft(cx, x, dim, normalization, onesided)
+    zeros = cx.emit1("Fill", [("dims", cx.shape_of(x)), ("value", cx.const(0, x.dtype))],
+                     desc=(x.dtype, x.shape))
     z = _complex(cx, x, zeros)
-    n = _sizes(x, dim)
     for d in dim:
         z = _along(cx, z, d, "FFT")
-    z = _scale(cx, z, _norm_factor(normalization, n))
+    z = _scale(cx, z, _norm_scale(cx, x, dim, normalization))
     if onesided:
-        last = dim[-1] % len(x.shape)
+        if x.shape[last] < 0:
+            raise UnsupportedOpError(
+                f"%{cx.node.name}: a one-sided _fft_r2c of a float64 signal whose last "
+                f"transformed dim has a symbolic length; use float32 or a static length")
         keep = x.shape[last] // 2 + 1
-        begin = [0] * len(x.shape)
+        begin = [0] * rank
         end = list(x.shape)
         end[last] = keep
-        out_shape = tuple(end)
         z = cx.emit1("StridedSlice", [("x", z), ("begin", cx.const(begin, torch.int64)),
                                       ("end", cx.const(end, torch.int64)),
-                                      ("strides", cx.const([1] * len(end), torch.int64))],
-                     desc=(z.dtype, out_shape))
+                                      ("strides", cx.const([1] * rank, torch.int64))],
+                     desc=(z.dtype, tuple(end)))
     return z
 
 
+def _r2c_by_rfft(cx, x, dim, normalization, onesided):
+    rank = len(x.shape)
+    last = dim[-1] % rank
+    length = x.shape[last]
+    keep = length // 2 + 1 if length >= 0 else -1
+    y, perm = _to_innermost(cx, x, last)
+    if length >= 0:
+        fft_length = cx.const([length], torch.int32)
+    else:  # a symbolic length: read from the signal's shape at run time
+        fft_length = cx.int_list([cx.dim(y, -1)], torch.int32)
+    half = cx.emit1("RFFT", [("input", y), ("fft_length", fft_length)],
+                    desc=(torch.complex64, tuple(y.shape[:-1]) + (keep if length >= 0 else -1,)))
+    half = _back(cx, half, perm)
+    for d in dim[:-1]:
+        half = _along(cx, half, d, "FFT")
+    half = _scale(cx, half, _norm_scale(cx, x, dim, normalization))
+    if onesided or (length >= 0 and keep == length):
+        return half
+    # bins keep..length-1 of the last dim: conj of bin length-k, every other transformed dim
+    # read at -j (mod its size)
+    tail = _gather(cx, half, last, [length - k for k in range(keep, length)])
+    for d in dim[:-1]:
+        d %= rank
+        size = x.shape[d]
+        tail = _gather(cx, tail, d, [(-j) % size for j in range(size)])
+    tail = cx.emit1("Conj", [("input", tail)], port="output", desc=(tail.dtype, tail.shape))
+    return cx.emit1("ConcatV2", [("x", [half, tail]), ("concat_dim", cx.const(last, torch.int64))],
+                    {"N": 2}, (half.dtype, tuple(x.shape)))
+
+
+def _gather(cx, x, axis: int, indices):
+    shape = list(x.shape)
+    shape[axis] = len(indices)
+    return cx.emit1("GatherV2", [("x", x), ("indices", cx.const(list(indices), torch.int64)),
+                                 ("axis", cx.const(axis, torch.int64))],
+                    desc=(x.dtype, tuple(shape)))
+
+
 @register([aten._fft_c2r.default], ["Transpose", "IFFT", "IRFFT", "Real", "Imag", "Complex",
-                                    "Mul", "Const", "GatherV2", "Conj", "ConcatV2"])
+                                    "Conj", "ConcatV2", *_SIZE_OPS])
 def _fft_c2r(cx, x, dim, normalization, last_dim_size):
     """Inverse transforms: IFFT over all dims but the last, IRFFT (a Hermitian half spectrum
     to ``last_dim_size`` real samples) over the last. Both divide by their lengths, so the
@@ -159,19 +223,23 @@ def _fft_c2r(cx, x, dim, normalization, last_dim_size):
         y = _along(cx, y, d, "IFFT")
     last = dim[-1] % len(x.shape)
     y, perm = _to_innermost(cx, y, last)
-    n = int(last_dim_size)
+    n = last_dim_size if isinstance(last_dim_size, int) else None  # else a run-time size
     if x.dtype == torch.complex64:
-        y = cx.emit1("IRFFT", [("x", y), ("fft_length", cx.const([n], torch.int32))],
-                     desc=(torch.float32, tuple(y.shape[:-1]) + (n,)))
+        y = cx.emit1("IRFFT", [("x", y), ("fft_length", cx.int_list([last_dim_size],
+                                                                    torch.int32))],
+                     desc=(torch.float32, tuple(y.shape[:-1]) + (-1 if n is None else n,)))
+    elif n is None:
+        raise UnsupportedOpError(
+            f"%{cx.node.name}: _fft_c2r of a complex128 spectrum to a symbolic length (GE's "
+            f"IRFFT takes complex64 only, and the Hermitian rebuild needs the length); use "
+            f"complex64 or a static length")
     else:
         y = _hermitian_inverse(cx, y, n)
     y = _back(cx, y, perm)
-    sizes = [x.shape[d % len(x.shape)] for d in dim[:-1]] + [n]
-    total = math.prod(sizes)
-    factor = _norm_factor(normalization, total) * total
-    if factor != 1.0:
-        y = cx.emit1("Mul", [("x1", y), ("x2", cx.const(factor, y.dtype))],
-                     desc=(y.dtype, y.shape))
+    factor = _norm_scale(cx, x, dim[:-1], normalization, times_n=True, extra=[last_dim_size])
+    if not (isinstance(factor, float) and factor == 1.0):
+        f = cx.const(factor, y.dtype) if isinstance(factor, float) else cx.cast(factor, y.dtype)
+        y = cx.emit1("Mul", [("x1", y), ("x2", f)], desc=(y.dtype, y.shape))
     return y
 
 
