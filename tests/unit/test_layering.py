@@ -1,4 +1,4 @@
-"""Imports point down only (shared/DESIGN.md §3), parsed from the source (function-level imports
+"""Imports point down only (docs/architecture.md, "Layering"), parsed from the source (function-level imports
 included, so no import is missed):
 
 * every module has a declared level: a new top-level module, or a new package, fails until it

@@ -1,8 +1,8 @@
 """The sub-configs of CompilerConfig, one class per section, with every option documented.
 
-Names, defaults and accepted values follow TorchAir's ``CompilerConfig`` (see
-``shared/reference/torchair_behaviour.md`` §1.2) so code written for TorchAir configures this
-library the same way; ``DistributedConfig`` is ours.
+Names, defaults and accepted values follow TorchAir's ``CompilerConfig`` (the options and
+where each takes effect: ``docs/reference/config.md``) so code written for TorchAir configures
+this library the same way; ``DistributedConfig`` is ours.
 """
 from __future__ import annotations
 

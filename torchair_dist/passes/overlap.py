@@ -10,7 +10,8 @@ in flight (on gloo the collective runs on the process group's background thread;
 the communication stream). In max-autotune the GE graph keeps this order: the reference
 executor finishes a collective just before its first reader (the ``Identity`` a wait becomes).
 
-Rules the schedule keeps (``DESIGN.md`` §5):
+Rules the schedule keeps (every rank must issue the same collectives in the same order, or
+the ranks deadlock):
 
 * communication ops (collectives and p2p ops, any group) keep their relative program order, so
   every rank issues the same sequence;

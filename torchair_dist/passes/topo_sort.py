@@ -12,7 +12,7 @@ choice to the FX graph before conversion, on every platform:
 
 Requires nothing. Guarantees: a topological order; side-effect nodes (collectives, waits,
 stream/event ops, in-place writes, anything impure) keep their relative order, so collectives
-are never reordered across ranks (shared/DESIGN.md §5); no node crosses a ``stream_enter`` /
+are never reordered across ranks (every rank issues them in program order); no node crosses a ``stream_enter`` /
 ``stream_exit`` (each keeps its stream); values unchanged.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ The full operator registry (``ge_op_registry.json``, 1.8 MB, ~1,900 ops) is not 
 entries for the ops our converters declare (plus the ops export writes) are extracted into
 ``ge_op_registry_subset.json`` next to this file, so validation works in any checkout. Run
 
-  python -m torchair_dist.backends.ge.registry_subset --registry ../shared/ge_op_registry.json
+  python -m torchair_dist.backends.ge.registry_subset --registry PATH/TO/ge_op_registry.json
 
 to regenerate it (``make registry``); ``tests/unit/test_ge_registry_subset.py`` checks that it
 is current whenever the full registry is available.
