@@ -1,10 +1,11 @@
 """The GE session (global) and graph (local) options a ``CompilerConfig`` hands to CANN.
 
 The keys and value forms are the ones TorchAir passes to CANN (``docs/reference/config.md``
-lists each option and where it takes effect): ``ge_config`` and ``fusion_config`` become global options, ``experimental_config`` adds
-local graph options in GE mode, ``dump_config`` adds the dump options when dumping is on, and
-``aoe_config`` the AOE tuning options. Only the CANN runtime reads them (the reference executor
-has no use for them), which is why the pipeline declares these reads for the NPU alone.
+lists each option and where it takes effect): ``ge_config`` and ``fusion_config`` become global
+options, ``experimental_config`` adds local graph options in GE mode, ``dump_config`` adds the
+dump options when dumping is on, and ``aoe_config`` the AOE tuning options. Only the CANN
+runtime reads them (the reference executor has no use for them), which is why the pipeline
+declares these reads for the NPU alone.
 """
 from __future__ import annotations
 
