@@ -21,7 +21,7 @@ endif
 NPROC ?= 2
 export TORCH_DEVICE_BACKEND_AUTOLOAD = 0
 
-.PHONY: lint demo serve test venv proto registry bench opinfo docs docs-site gpu-check npu-check
+.PHONY: lint demo serve serve-engine test venv proto registry bench opinfo docs docs-site gpu-check npu-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,14 @@ serve: $(STAMP)
 	$(VENV)/bin/torchrun --nproc-per-node $(NPROC) --master-addr 127.0.0.1 \
 	  --master-port $$($(PY) -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') \
 	  launch/serve.py --plot $(SERVE_OUT)/serve.png --json $(SERVE_OUT)/serve.json $(ARGS)
+
+# The same request stream served by transformers' own engine (launch/serve_engine.py: continuous
+# batching of token batches, paged KV cache), eager / inductor / ours side by side, one process;
+# writes $(SERVE_OUT)/serve_engine.png and serve_engine.json. ARGS as for serve.
+serve-engine: $(STAMP)
+	mkdir -p $(SERVE_OUT)
+	$(PY) launch/serve_engine.py --plot $(SERVE_OUT)/serve_engine.png \
+	  --json $(SERVE_OUT)/serve_engine.json $(ARGS)
 
 # TESTS: which test directories (default: all of them)
 TESTS ?= tests
