@@ -30,6 +30,22 @@ class _Buffer:
     start: int
 
 
+@dataclasses.dataclass(frozen=True)
+class _Gathered:
+    """all_gather along the batch dim: rank r's rows at ``[r * B, (r + 1) * B)`` of dim 0."""
+
+    world: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Merged:
+    """The batch dim flattened with the dims after it into dim ``dim``: batch row ``i`` is
+    ``[i * inner, (i + 1) * inner)`` of it (a 3-D linear's reshape to 2-D)."""
+
+    dim: int
+    inner: Any
+
+
 class _Mix(Exception):
     """Rows mix at the node being checked (``why``)."""
 
@@ -123,10 +139,11 @@ def _broadcast(checker, node, inputs, out_ndim: Optional[int] = None):
             continue
         if state == COUNT:
             raise _Mix("the batch size is used as a value")
-        if isinstance(state, _Buffer):
-            raise _Mix("reads a buffer's rows beyond the batch")
-        if isinstance(state, (list, tuple)):
-            raise _Mix("unexpected list argument")
+        if isinstance(state, _Merged) and _ndim(arg) == out_ndim:
+            found.add(state)
+            continue
+        if not isinstance(state, int):
+            raise _Mix("reads rows of a buffer or gathered tensor other than the batch's")
         found.add(state + out_ndim - _ndim(arg))
     if len(found) > 1:
         raise _Mix(f"combines batch dims {sorted(found)} of its inputs (each row with others)")
@@ -210,6 +227,8 @@ def _mm_axes(checker, a, b):
     """(output dim of a's batch, output dim of b's batch) for a 2-D or batched matmul."""
     sa, sb = checker.of(a), checker.of(b)
     na, nb = _ndim(a), _ndim(b)
+    if isinstance(sa, _Merged) and sb is None and sa.dim == na - 2:
+        return sa  # the flattened rows stay rows
     out = []
     if sa is not None:
         if not isinstance(sa, int) or sa == na - 1:
@@ -256,6 +275,12 @@ def _linear(checker, node, args):
     return state
 
 
+def _not_aligned(state):
+    if state is not None:
+        raise _Mix("moves the dims of a buffer or gathered tensor")
+    return None
+
+
 # -- views and shape moves -----------------------------------------------------------------------
 def _shape(x) -> list:
     val = _val(x)
@@ -283,13 +308,26 @@ def _view(checker, node, args):
     state = checker.of(x)
     if state is None:
         return None
-    if not isinstance(state, int):
-        raise _Mix("reshapes a value that is not row-aligned")
     before, after = _shape(x), _shape(node)
+    if isinstance(state, _Merged):
+        state, inner = state.dim, state.inner
+    elif isinstance(state, int):
+        inner = 1
+    else:
+        raise _Mix("reshapes a value that is not row-aligned")
     head = _prod(checker, before[:state])
     for k, size in enumerate(after):
-        if checker.is_b(size) and _same(checker, _prod(checker, after[:k]), head):
+        if not _same(checker, _prod(checker, after[:k]), head):
+            continue
+        if checker.is_b(size) and _same(checker, _prod(checker, after[k + 1:]),
+                                          _prod(checker, before[state + 1:]) * inner):
             return k
+        if not checker.is_b(size) and checker.mentions(size):
+            new_inner = checker._expr(size) / (checker._expr(before[state]) / inner)
+            if not checker.mentions(new_inner) and _same(
+                    checker, _prod(checker, before[state + 1:]) * inner,
+                    new_inner * _prod(checker, after[k + 1:])):
+                return _Merged(k, new_inner)
     raise _Mix(f"reshapes {tuple(before)} to {tuple(after)}, merging the batch dim (dim "
                f"{state}) with another")
 
@@ -298,7 +336,7 @@ def _view(checker, node, args):
 def _permute(checker, node, args):
     state = checker.of(args["self"])
     if not isinstance(state, int):
-        return state
+        return _not_aligned(state)
     dims = [_norm(d, _ndim(args["self"])) for d in args["dims"]]
     return dims.index(state)
 
@@ -308,7 +346,7 @@ def _transpose(checker, node, args):
     x = args["self"]
     state = checker.of(x)
     if not isinstance(state, int):
-        return state
+        return _not_aligned(state)
     n = max(_ndim(x), 1)
     d0, d1 = (_norm(args.get("dim0", 0), n), _norm(args.get("dim1", 1), n)) \
         if "dim0" in args else (0, 1) if n == 2 else (0, 0)
@@ -319,7 +357,7 @@ def _transpose(checker, node, args):
 def _unsqueeze(checker, node, args):
     state = checker.of(args["self"])
     if not isinstance(state, int):
-        return state
+        return _not_aligned(state)
     return state + 1 if _norm(args["dim"], _ndim(node)) <= state else state
 
 
@@ -328,7 +366,7 @@ def _squeeze(checker, node, args):
     x = args["self"]
     state = checker.of(x)
     if not isinstance(state, int):
-        return state
+        return _not_aligned(state)
     before = _shape(x)
     dims = args.get("dim")
     dims = range(len(before)) if dims is None else [dims] if isinstance(dims, int) else dims
@@ -342,7 +380,7 @@ def _squeeze(checker, node, args):
 def _expand(checker, node, args):
     state = checker.of(args["self"])
     if not isinstance(state, int):
-        return state
+        return _not_aligned(state)
     return state + _ndim(node) - _ndim(args["self"])
 
 
@@ -387,9 +425,14 @@ def _select(checker, node, args):
 def _split(checker, node, args):
     x = args["self"]
     state = checker.of(x)
-    if not isinstance(state, int):
-        return state
     dim = _norm(args.get("dim", 0), _ndim(x))
+    if isinstance(state, _Gathered) and dim == 0 and node.target._opname == "split" and \
+            checker.is_b(args["split_size"]):
+        return [0] * len(_val(node))  # back to one block of B rows per rank
+    if not isinstance(state, int):
+        if state is not None:
+            raise _Mix("splits a value that is not row-aligned")
+        return state
     if dim == state:
         raise _Mix("splits the batch dim")
     keep = state - 1 if node.target._opname == "unbind" and dim < state else state

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .pad_rules import COUNT, _Buffer, _Mix, _ndim, _norm, _rule, _shape
+from .pad_rules import COUNT, _Buffer, _Gathered, _Mix, _ndim, _norm, _rule, _shape
 
 
 def _aligned(checker, x, what: str):
@@ -77,6 +77,8 @@ def _scatter(checker, node, args):
 def _index_put(checker, node, args):
     x = args["self"]
     sx = _aligned(checker, x, "the destination")
+    if _masked_fill(checker, args, sx):
+        return sx
     others = [v for k, v in args.items() if k != "self" and isinstance(v, torch.fx.Node)]
     others += [i for i in args.get("indices") or [] if isinstance(i, torch.fx.Node)]
     if any(checker.of(v) is not None for v in others):
@@ -87,6 +89,20 @@ def _index_put(checker, node, args):
     if sx is not None and indices is not None and sx < len(indices) and indices[sx] is not None:
         raise _Mix("writes along the batch dim")
     return sx
+
+
+def _masked_fill(checker, args, sx) -> bool:
+    """``x[mask] = scalar`` with one boolean mask over x's leading dims (a masked fill: each
+    row writes its own elements)."""
+    indices, values = args.get("indices"), args.get("values")
+    if not indices or len(indices) != 1 or not isinstance(indices[0], torch.fx.Node):
+        return False
+    mask = indices[0].meta.get("val")
+    value = values.meta.get("val") if isinstance(values, torch.fx.Node) else None
+    return (isinstance(mask, torch.Tensor) and mask.dtype == torch.bool
+            and isinstance(value, torch.Tensor) and value.numel() == 1
+            and checker.of(values) is None
+            and checker.of(indices[0]) in (None, sx) and (sx is None or sx < mask.dim()))
 
 
 @_rule("aten.slice_scatter")
@@ -159,6 +175,8 @@ def _attention(checker, node, args):
        "_c10d_functional.broadcast_", "torchair_dist.all_reduce", "torchair_dist.wait_tensor")
 def _elementwise_collective(checker, node, args):
     state = checker.of(node.args[0])
+    if isinstance(state, _Gathered) and node.target._opname == "wait_tensor":
+        return state
     if state is not None and not isinstance(state, int):
         raise _Mix("a collective over a value that is not row-aligned")
     return state
@@ -174,6 +192,9 @@ def _dim0_collective(checker, node, args):
         for s in (a if isinstance(a, (list, tuple)) else [a]):
             if checker.of(s) == COUNT:
                 raise _Mix("split sizes that depend on the batch size")
+    if state == 0 and node.target._opname == "all_gather_into_tensor" and isinstance(
+            node.args[1], int):
+        return _Gathered(node.args[1])  # accepted only where split back per rank (pad_rules)
     if state == 0:
         raise _Mix("gathers, scatters or exchanges along dim 0, the batch dim: ranks' rows "
                    "interleave with the padding rows (rank r's rows start at r * padded size)")

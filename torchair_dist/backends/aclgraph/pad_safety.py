@@ -39,7 +39,7 @@ from ...base.util import source_line
 from ...errors import TorchairDistError
 from . import pad_rules
 from . import pad_rules_ops  # noqa: F401  (registers its rules)
-from .pad_rules import COUNT, RowWrite, _Buffer, _Mix, _val
+from .pad_rules import COUNT, RowWrite, _Buffer, _Gathered, _Merged, _Mix, _val
 
 
 class PaddingUnsafeError(TorchairDistError, RuntimeError):
@@ -88,27 +88,30 @@ class _Checker:
         expr = self._expr(size)
         return hasattr(expr, "free_symbols") and bool(expr.free_symbols & self.symbols)
 
-    def is_b(self, size) -> bool:
-        """The size equals the batch size at every batch size the graph serves."""
+    def is_b(self, size, factor: int = 1) -> bool:
+        """The size equals ``factor`` times the batch size at every batch size the graph
+        serves."""
+        if isinstance(size, torch.fx.Node):
+            size = _val(size)
         expr = self._expr(size)
         if not self.mentions(size):
             return False
-        if expr in self.symbols:
+        if expr in self.symbols and factor == 1:
             return True
-        if expr not in self._is_b:
+        if (expr, factor) not in self._is_b:
             (sym,) = expr.free_symbols & self.symbols if len(
                 expr.free_symbols & self.symbols) == 1 else (None,)
             ok = sym is not None and len(expr.free_symbols) == 1
             for v in self.values if ok else ():
                 try:
-                    if int(expr.subs(sym, v)) != v:
+                    if int(expr.subs(sym, v)) != factor * v:
                         ok = False
                         break
                 except (TypeError, ValueError):
                     ok = False
                     break
-            self._is_b[expr] = ok
-        return self._is_b[expr]
+            self._is_b[(expr, factor)] = ok
+        return self._is_b[(expr, factor)]
 
     # -- states ---------------------------------------------------------------------------
     def settle(self, val, state):
@@ -125,6 +128,17 @@ class _Checker:
         if isinstance(state, _Buffer):
             if any(self.mentions(s) for s in shape):
                 raise _Mix("the batch size is part of a buffer's shape")
+            return state
+        if isinstance(state, _Merged):
+            if not (0 <= state.dim < len(shape)) or not self.is_b(
+                    self._expr(shape[state.dim]) / state.inner) or any(
+                    self.mentions(s) for d, s in enumerate(shape) if d != state.dim):
+                raise _Mix(f"the flattened batch rows do not survive (shape {tuple(shape)})")
+            return state
+        if isinstance(state, _Gathered):
+            if not shape or not self.is_b(shape[0], state.world) or any(
+                    self.mentions(s) for s in shape[1:]):
+                raise _Mix(f"ranks' gathered rows do not survive (shape {tuple(shape)})")
             return state
         if state is None:
             at = [d for d, s in enumerate(shape) if self.mentions(s)]
@@ -223,7 +237,7 @@ def _check_outputs(checker: _Checker, node: torch.fx.Node, graph: str) -> None:
         where = source_line(out) if isinstance(out, torch.fx.Node) else ""
         if state == COUNT:
             why = "it is the batch size (a padded call would return the padded size)"
-        elif isinstance(state, _Buffer):
+        elif isinstance(state, (_Buffer, _Gathered, _Merged)):
             why = "it holds batch rows among other rows (not sliced back)"
         elif isinstance(state, int) and state != 0:
             why = f"its batch dim is dim {state} (only dim 0 is sliced back)"
