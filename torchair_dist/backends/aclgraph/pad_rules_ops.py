@@ -172,7 +172,8 @@ def _attention(checker, node, args):
 
 @_rule("_c10d_functional.all_reduce", "_c10d_functional.all_reduce_",
        "_c10d_functional.wait_tensor", "_c10d_functional.broadcast",
-       "_c10d_functional.broadcast_", "torchair_dist.all_reduce", "torchair_dist.wait_tensor")
+       "_c10d_functional.broadcast_", "torchair_dist.shm_all_reduce",
+       "torchair_dist.shm_all_reduce_")
 def _elementwise_collective(checker, node, args):
     state = checker.of(node.args[0])
     if isinstance(state, _Gathered) and node.target._opname == "wait_tensor":
