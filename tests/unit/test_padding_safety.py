@@ -3,6 +3,7 @@ batch rows are proven independent; a graph where rows mix is refused with the op
 user's source line; ``pad_unchecked_ops`` accepts named ops visibly; the batch inputs are the
 inputs carrying the batch symbol, not any input whose dim 0 has the same size."""
 import os
+import sys
 import warnings
 
 import pytest
@@ -131,3 +132,83 @@ def test_programs_with_independent_rows_are_padded_and_equal_eager(name):
         torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5)
     summary = torchair_dist.capture_summary()["graph_0"]
     assert summary["padded"] == {"3->4": 1} and "pad_unchecked" not in summary
+
+
+def test_an_input_of_another_symbol_is_not_padded_whatever_its_size():
+    """``table``'s dim 0 equals the batch when traced but is its own symbol: it is not a batch
+    input (its rows are reduced over, which is fine), and a later call with another table
+    size is served right."""
+    def f(x, table):
+        return x @ W, table.sum(0)
+
+    torch._dynamo.reset()
+    x, table = torch.randn(8, 16), torch.randn(8, 5)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch._dynamo.mark_dynamic(table, 0)
+    g = _compiled(f, dynamic=None)
+    for rows, n in ((8, 8), (3, 8), (3, 6)):
+        x, table = torch.randn(rows, 16), torch.randn(n, 5)
+        out, ref = g(x, table), f(x, table)
+        for o, r in zip(out, ref):
+            assert o.shape == r.shape
+            torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5)
+    padded = [g.get("padded") for g in torchair_dist.capture_summary().values()]
+    assert sum(sum(p.values()) for p in padded if p) == 2, padded
+
+
+def test_a_batch_symbol_that_also_sizes_another_dim_ignores_the_sizes_with_a_warning():
+    """Traced with x (8, 8): Dynamo gives both dims one symbol; padding dim 0 alone would
+    break the graph (before: the first call failed in the size-4 capture)."""
+    def f(x, table):
+        return x @ table
+
+    torch._dynamo.reset()
+    g = _compiled(f)
+    x, table = torch.randn(8, 8), torch.randn(8, 5)
+    with pytest.warns(UserWarning, match="also sizes dim 1 of input"):
+        torch.testing.assert_close(g(x, table), f(x, table), rtol=1e-5, atol=1e-5)
+    x = torch.randn(3, 8)  # another graph, where the batch is its own symbol: padded
+    torch.testing.assert_close(g(x, table), f(x, table), rtol=1e-5, atol=1e-5)
+
+
+def test_rows_written_into_a_buffer_by_padding_rows_are_restored():
+    """A per-slot cache written at rows [0, B): the padded call's extra row is put back."""
+    def step(x, cache):
+        cache[: x.shape[0]] = x.sin() + 1  # a padding row would write 1
+        return cache[: x.shape[0]] * 2
+
+    torch._dynamo.reset()
+    f = _compiled(step)
+    cache = torch.randn(8, 16)
+    ref = cache.clone()
+    for n in (8, 3, 5):
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(f(x, cache), step(x, ref), rtol=0, atol=0)
+        torch.testing.assert_close(cache, ref, rtol=0, atol=0)
+    padded = [g.get("padded") for g in torchair_dist.capture_summary().values()]
+    assert {"3->4": 1, "5->8": 1} in padded, padded
+
+
+def _moe(tokens):
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+    sys.path.insert(0, bench)
+    try:
+        from workloads import MoEBlock
+    finally:
+        sys.path.remove(bench)
+    return MoEBlock(0, 1, tokens=tokens, hidden=32, ffn=32, shared_ffn=32, experts_per_rank=2,
+                    capacity_factor=1.0).eval()
+
+
+def test_an_moe_block_with_capacity_is_refused(one_rank_group):
+    """One rule decides: a cumsum along the batch dim is refused (it mixes rows). Were it let
+    through (rows come last, so a prefix sum over them stays causal), the dispatch that
+    follows still writes each token to a data-dependent slot of the expert buffer, and the
+    capacity is counted over all rows: refused there too."""
+    torch._dynamo.reset()
+    block = _moe(8)
+    with pytest.raises(Exception, match=r"aten\.cumsum\.default at .*workloads\.py.*cumsum"):
+        _compiled(block)(torch.randn(8, 32))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"aten\.index_add_?\.default.*data-dependent"):
+        _compiled(block, unchecked=["aten.cumsum"])(torch.randn(8, 32))
