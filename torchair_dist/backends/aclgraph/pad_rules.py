@@ -176,6 +176,12 @@ def _copy_(checker, node, args):
     return ds
 
 
+# ops that read only the shape, dtype and device of their tensor inputs
+SHAPE_ONLY = frozenset(("aten.new_zeros", "aten.new_ones", "aten.new_empty", "aten.new_full",
+                        "aten.new_empty_strided", "aten.zeros_like", "aten.ones_like",
+                        "aten.empty_like", "aten.full_like"))
+
+
 # -- factories ----------------------------------------------------------------------------------
 @_rule("aten.full", "aten.zeros", "aten.ones", "aten.empty", "aten.empty_strided",
        "aten.new_zeros", "aten.new_ones", "aten.new_empty", "aten.new_full",
@@ -402,6 +408,8 @@ def _slice(checker, node, args):
             raise _Mix("slices along the batch dim (rows shift or are dropped)")
         return state
     if state is None and isinstance(start, int) and checker.is_b(_shape(node)[dim]):
+        if x in checker.inputs and args.get("step", 1) == 1:
+            checker.views[node] = RowWrite(checker.inputs[x], dim, start)
         return dim  # rows [start, start + B) of a buffer: row i reads buffer row start + i
     return state
 

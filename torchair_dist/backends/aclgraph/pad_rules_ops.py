@@ -113,7 +113,8 @@ def _slice_scatter(checker, node, args):
     start = args.get("start", 0) or 0
     if ss is None:
         return sx
-    if sx is None and ss == dim and isinstance(start, int) and checker.is_b(_shape(src)[dim]):
+    if sx is None and ss == dim and isinstance(start, int) and args.get("step", 1) == 1 and \
+            checker.is_b(_shape(src)[dim]):
         return _Buffer(dim, start)  # rows [start, start + B) hold the batch's rows
     if isinstance(sx, _Buffer) and sx == _Buffer(dim, start) and ss == dim:
         return sx
@@ -159,7 +160,7 @@ def _attention(checker, node, args):
         raise _Mix("keys and values hold the batch in different dims")
     if sk is not None and sk >= n - 2:
         raise _Mix("the batch dim is the key length (every query attends to every row)")
-    if sq is not None and sk is not None and sq != sk:
+    if sk is not None and sq != sk:
         raise _Mix("queries and keys hold the batch in different dims")
     mask = args.get("attn_mask")
     sm = _aligned(checker, mask, "the attention mask") if mask is not None else None

@@ -70,12 +70,16 @@ class _Checker:
     def __init__(self, gm, symbols, shape_env, sizes: Sequence[int], lowest: int):
         self.gm = gm
         self.symbols = set(symbols)
+        self.raw_symbols = set(symbols)
         self.shape_env = shape_env
         top = max(sizes)
         self.values = list(range(max(lowest, 1), top + 1))  # every batch size the graph serves
         self.state: Dict[torch.fx.Node, Any] = {}
         self.inputs: Dict[torch.fx.Node, int] = {}
         self._is_b: Dict[Any, bool] = {}
+        self.views: Dict[torch.fx.Node, RowWrite] = {}  # rows [start, start + B) of an input
+        if shape_env is not None:  # the symbols Dynamo unified the batch's with
+            self.symbols |= {shape_env.replace(sym) for sym in symbols}
 
     # -- sizes ----------------------------------------------------------------------------
     def _expr(self, size):
@@ -202,8 +206,16 @@ def prove_rows_independent(gm: torch.fx.GraphModule, symbols, sizes: Sequence[in
             try:
                 state, write = pad_rules.apply(checker, node)
                 checker.state[node] = checker.settle(_val(node), state)
+                write = write or _write_through_view(checker, node)
                 if write is not None:
                     writes.append(write)
+                elif _reads_data(node) and all(
+                        s is None for s in _flat(checker.state[node])) and any(
+                        s not in (None, COUNT) for s in _flat(checker.of(list(node.args))
+                                                              + checker.of(list(
+                                                                  node.kwargs.values())))):
+                    raise _Mix("the batch dim of its input disappears from its output (each "
+                               "output element reads several rows)")
             except _Mix as mix:
                 if not _matches(node, names):
                     raise PaddingUnsafeError(_message(graph, op_label(node), mix.why,
@@ -220,6 +232,27 @@ def prove_rows_independent(gm: torch.fx.GraphModule, symbols, sizes: Sequence[in
         elif node.op != "placeholder":
             checker.state[node] = None
     return PadProof(tuple(dict.fromkeys(writes)), tuple(vouched))
+
+
+def _reads_data(node: torch.fx.Node) -> bool:
+    """A tensor-valued op whose output is computed from its inputs' values (not a factory
+    that only reads their shape, dtype and device)."""
+    vals = [v for v in _flat([_val(node)]) if isinstance(v, torch.Tensor)]
+    target = node.target
+    name = (f"{target.namespace}.{target._opname}"
+            if isinstance(target, torch._ops.OpOverload) else "")
+    return bool(vals) and name not in pad_rules.SHAPE_ONLY
+
+
+def _write_through_view(checker: _Checker, node: torch.fx.Node):
+    """An in-place op writing rows ``[start, start + B)`` of a graph input through a slice."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or not node.args:
+        return None
+    first = target._schema.arguments[0] if target._schema.arguments else None
+    if first is None or first.alias_info is None or not first.alias_info.is_write:
+        return None
+    return checker.views.get(node.args[0])
 
 
 def _sizes_of(v) -> List[Any]:
@@ -241,9 +274,19 @@ def _check_outputs(checker: _Checker, node: torch.fx.Node, graph: str) -> None:
             why = "it holds batch rows among other rows (not sliced back)"
         elif isinstance(state, int) and state != 0:
             why = f"its batch dim is dim {state} (only dim 0 is sliced back)"
+        elif state == 0 and not _sliced_back(checker, out):
+            why = ("its dim 0 holds the batch rows but is not the batch size itself (it would "
+                   "not be sliced back)")
         else:
             continue
         raise PaddingUnsafeError(_message(graph, f"output {k}", why, where))
+
+
+def _sliced_back(checker: _Checker, out) -> bool:
+    """Dim 0 is a batch symbol itself: what :func:`.sizes.sliced` slices."""
+    val = _val(out)
+    size = val.shape[0] if isinstance(val, torch.Tensor) and val.dim() else None
+    return isinstance(size, torch.SymInt) and size.node.expr in checker.raw_symbols
 
 
 def _message(graph: str, what: str, why: str, where: str) -> str:
