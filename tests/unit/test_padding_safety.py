@@ -212,3 +212,40 @@ def test_an_moe_block_with_capacity_is_refused(one_rank_group):
     torch._dynamo.reset()
     with pytest.raises(Exception, match=r"aten\.index_add_?\.default.*data-dependent"):
         _compiled(block, unchecked=["aten.cumsum"])(torch.randn(8, 32))
+
+
+def _all_reduce_rows(x):
+    import torch.distributed as dist
+
+    y = x @ W
+    dist.all_reduce(y)  # element by element across ranks: rows stay rows
+    return y.relu()
+
+
+def _all_to_all_rows(x):
+    import torch.distributed as dist
+
+    out = torch.empty_like(x)
+    dist.all_to_all_single(out, x)  # dim 0 is split between ranks: rows move
+    return out * 2
+
+
+def _all_gather_rows(x):
+    import torch.distributed as dist
+
+    out = torch.empty((dist.get_world_size() * x.shape[0], x.shape[1]))
+    dist.all_gather_into_tensor(out, x)  # rank r's rows at r * B
+    return out.sum(-1)
+
+
+def test_collectives_that_keep_rows_pad_and_those_that_move_them_are_refused(one_rank_group):
+    torch._dynamo.reset()
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(_compiled(_all_reduce_rows)(x), _all_reduce_rows(x),
+                               rtol=1e-5, atol=1e-5)
+    assert torchair_dist.capture_summary()["graph_0"]["padded"] == {"3->4": 1}
+    for fn, why in ((_all_to_all_rows, r"all_to_all.*split sizes that depend on the batch"),
+                    (_all_gather_rows, r"aten.sum.*an all_gather along the batch dim")):
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match=why):
+            _compiled(fn)(x)

@@ -187,7 +187,8 @@ def _elementwise_collective(checker, node, args):
 @_rule("_c10d_functional.all_gather_into_tensor", "_c10d_functional.reduce_scatter_tensor",
        "_c10d_functional.all_to_all_single", "_c10d_functional_autograd.all_gather_into_tensor",
        "_c10d_functional_autograd.reduce_scatter_tensor",
-       "_c10d_functional_autograd.all_to_all_single")
+       "_c10d_functional_autograd.all_to_all_single", "torchair_dist.all_to_all_v",
+       "torchair_dist.shm_all_to_all_v")
 def _dim0_collective(checker, node, args):
     state = _aligned(checker, node.args[0], "the collective's input")
     for a in node.args[1:]:
@@ -201,6 +202,15 @@ def _dim0_collective(checker, node, args):
         raise _Mix("gathers, scatters or exchanges along dim 0, the batch dim: ranks' rows "
                    "interleave with the padding rows (rank r's rows start at r * padded size)")
     return state
+
+
+@_rule("torchair_dist.all_gather")
+def _gather_list(checker, node, args):
+    if any(checker.of(a) is not None for a in node.args[:2] for a in (
+            a if isinstance(a, (list, tuple)) else [a])):
+        raise _Mix("gathers along dim 0, the batch dim: ranks' rows interleave with the "
+                   "padding rows")
+    return None
 
 
 @_rule("aten._assert_scalar", "aten.sym_constrain_range_for_size", "aten.sym_constrain_range",

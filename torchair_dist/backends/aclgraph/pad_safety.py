@@ -217,6 +217,10 @@ def prove_rows_independent(gm: torch.fx.GraphModule, symbols, sizes: Sequence[in
                     raise _Mix("the batch dim of its input disappears from its output (each "
                                "output element reads several rows)")
             except _Mix as mix:
+                if any(isinstance(a, _Gathered) for a in _flat(checker.of(list(node.args)))):
+                    mix.why += (" (its input is an all_gather along the batch dim, dim 0: "
+                                "rank r's rows at r * B; it is accepted only where split back "
+                                "into one block of B rows per rank)")
                 if not _matches(node, names):
                     raise PaddingUnsafeError(_message(graph, op_label(node), mix.why,
                                                       source_line(node))) from None
