@@ -1,10 +1,65 @@
-"""More rules of :mod:`.pad_safety` (registered into :mod:`.pad_rules`' table): indexing,
-scatters, norms, attention, collectives, side-effect-free bookkeeping ops."""
+"""More rules of :mod:`.pad_safety` (registered into :mod:`.pad_rules`' table): select,
+split, cat, indexing, scatters, norms, attention, collectives, bookkeeping ops."""
 from __future__ import annotations
 
 import torch
 
-from .pad_rules import COUNT, _Buffer, _Gathered, _Mix, _ndim, _norm, _rule, _shape
+from .pad_rules import COUNT, _Buffer, _Gathered, _Mix, _ndim, _norm, _rule, _shape, _val
+
+
+@_rule("aten.select")
+def _select(checker, node, args):
+    x = args["self"]
+    state = checker.of(x)
+    if not isinstance(state, int):
+        if isinstance(state, _Buffer):
+            raise _Mix("selects from a buffer the batch wrote")
+        return state
+    dim = _norm(args["dim"], _ndim(x))
+    if dim == state:
+        raise _Mix("selects one row of the batch dim")
+    return state - 1 if dim < state else state
+
+
+@_rule("aten.split", "aten.split_with_sizes", "aten.chunk", "aten.unbind", "aten.unsafe_split",
+       "aten.unsafe_chunk", "aten.split_with_sizes_copy", "aten.tensor_split")
+def _split(checker, node, args):
+    x = args["self"]
+    state = checker.of(x)
+    dim = _norm(args.get("dim", 0), _ndim(x))
+    if isinstance(state, _Gathered) and dim == 0 and node.target._opname == "split" and \
+            checker.is_b(args["split_size"]):
+        return [0] * len(_val(node))  # back to one block of B rows per rank
+    if not isinstance(state, int):
+        if state is not None:
+            raise _Mix("splits a value that is not row-aligned")
+        return state
+    if dim == state:
+        raise _Mix("splits the batch dim")
+    keep = state - 1 if node.target._opname == "unbind" and dim < state else state
+    return [keep] * len(_val(node))
+
+
+@_rule("aten.cat", "aten.stack")
+def _cat(checker, node, args):
+    tensors = args["tensors"]
+    n = _ndim(node)
+    dim = _norm(args.get("dim", 0), n)
+    stack = node.target._opname == "stack"
+    found = set()
+    for t in tensors:
+        state = checker.of(t)
+        if state is None:
+            continue
+        if not isinstance(state, int):
+            raise _Mix("concatenates a value that is not row-aligned")
+        found.add(state + 1 if stack and dim <= state else state)
+    if len(found) > 1:
+        raise _Mix("concatenates tensors whose batch dims differ")
+    state = found.pop() if found else None
+    if state == dim and not stack:
+        raise _Mix("concatenates along the batch dim (rows after the first input shift)")
+    return state
 
 
 def _aligned(checker, x, what: str):
