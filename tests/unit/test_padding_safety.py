@@ -249,3 +249,41 @@ def test_collectives_that_keep_rows_pad_and_those_that_move_them_are_refused(one
         torch._dynamo.reset()
         with pytest.raises(Exception, match=why):
             _compiled(fn)(x)
+
+
+def test_a_llama_decode_step_on_a_slot_cache_is_proven_and_padded_like_eager(one_rank_group,
+                                                                              tmp_path):
+    """transformers' Llama decode (the serving loop's step) is accepted: what it does across
+    rows is precise (its cache rows [0, B) written and read back, the TP embedding's boolean
+    masked fill); a batch of 3 padded to 4 gives eager's tokens and leaves the cache's other
+    rows as eager does (the padding row's K/V write is undone)."""
+    launch = os.path.join(os.path.dirname(__file__), "..", "..", "launch")
+    sys.path.insert(0, launch)
+    try:
+        import hf_decode
+        import serving
+    finally:
+        sys.path.remove(launch)
+    torch._dynamo.reset()
+    model = hf_decode.load_tp(hf_decode.save_tiny("llama", str(tmp_path), num_hidden_layers=1))
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    caches, last = [], []
+    for _ in range(2):
+        cache = serving.SlotKVCache(model, 8, 12)
+        for buf in cache.keys + cache.values:  # other requests' rows (what padding must keep)
+            buf[3:] = torch.randn(buf[3:].shape, generator=torch.Generator().manual_seed(3))
+        last = [serving.prefill(model, cache, row, p) for row, p in enumerate(prompts)]
+        caches.append(cache)
+    tokens, positions = serving.step_inputs(3, 3, last, [len(p) for p in prompts], "cpu")
+    eager = serving.make_variant("eager", model, SIZES)
+    ours = serving.make_variant("npugraph_ex", model, SIZES)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        want = eager(tokens, positions, caches[0])
+        got = ours(tokens, positions, caches[1])
+    assert got.tolist() == want.tolist()
+    padded = [g.get("padded") for g in torchair_dist.capture_summary().values()]
+    assert {"3->4": 1} in padded, padded
+    for a, b in zip(caches[0].keys + caches[0].values, caches[1].keys + caches[1].values):
+        torch.testing.assert_close(b[:3], a[:3], rtol=1e-5, atol=1e-5)
+        assert torch.equal(b[3:], a[3:]), "rows the eager step does not write"
