@@ -43,9 +43,19 @@ def softmax_over_batch(x):
     return torch.softmax(x, 0)
 
 
+def merged(x):
+    return x.reshape(-1) * 2
+
+
+def unknown(x):
+    return torch.flip(x, [1]) + 1
+
+
 @pytest.mark.parametrize("fn, op, code", [
     (centered, "aten.mean.dim", "return (x - x.mean(0)) @ W"),
-    (softmax_over_batch, "aten._softmax.default", "return torch.softmax(x, 0)")])
+    (softmax_over_batch, "aten._softmax.default", "return torch.softmax(x, 0)"),
+    (merged, "output 0", "return x.reshape(-1) * 2: its dim 0 holds the batch rows flattened"),
+    (unknown, "aten.flip.default", "return torch.flip(x, [1]) + 1")])
 def test_rows_mixing_over_the_batch_dim_is_refused_naming_the_op_and_line(fn, op, code):
     f = _compiled(fn)
     with pytest.raises(Exception) as err:

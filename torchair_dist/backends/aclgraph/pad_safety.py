@@ -274,7 +274,10 @@ def _check_outputs(checker: _Checker, node: torch.fx.Node, graph: str) -> None:
         where = source_line(out) if isinstance(out, torch.fx.Node) else ""
         if state == COUNT:
             why = "it is the batch size (a padded call would return the padded size)"
-        elif isinstance(state, (_Buffer, _Gathered, _Merged)):
+        elif isinstance(state, _Merged):
+            why = (f"its dim {state.dim} holds the batch rows flattened with other dims (a view "
+                   f"merging the batch dim; only the batch dim itself is sliced back)")
+        elif isinstance(state, (_Buffer, _Gathered)):
             why = "it holds batch rows among other rows (not sliced back)"
         elif isinstance(state, int) and state != 0:
             why = f"its batch dim is dim {state} (only dim 0 is sliced back)"
