@@ -222,7 +222,14 @@ class NpuGraphExConfig(ConfigBase):
         self.pad_to_capture_size = BoolOption(
             False, "rows along the batch dimension are independent: a call whose batch size "
             "is not among capture_sizes is padded up to the next one and its outputs sliced "
-            "back (off: that call runs eagerly)")
+            "back (off: that call runs eagerly); before a graph pads, its rows are proven "
+            "independent (a reduction, softmax, scan or sort along the batch dim, a view "
+            "merging it, indexing across its rows or an unknown op refuses it with an error "
+            "naming the op and source line)")
+        self.pad_unchecked_ops = OpNameListOption(
+            [], "ops the padding check accepts where it cannot prove the batch rows stay "
+            "independent (the user vouches for them; each one relied on is named in a warning "
+            "and in capture_summary()['pad_unchecked'])")
         self.piecewise = BoolOption(
             False, "split each graph at its splitting_ops: the pieces between them are "
             "captured (per their own shapes, in the graph's one pool) and the splitting ops "

@@ -127,7 +127,7 @@ _CAPTURE_READS = ("debug.aclgraph.clone_input", "debug.aclgraph.enable_output_cl
                   "debug.aclgraph.disable_mempool_reuse_in_same_fx",
                   "aclgraph_config.use_custom_pool", "npugraphex_config.force_recapture",
                   "npugraphex_config.capture_sizes", "npugraphex_config.pad_to_capture_size",
-                  "experimental_config.frozen_parameter")
+                  "npugraphex_config.pad_unchecked_ops", "experimental_config.frozen_parameter")
 
 _EXPORT_READS = ("export.export_path_dir", "export.export_name", "export.weight_name",
                  "export.experimental.auto_atc_config_generated", "export.inputs_name",

@@ -174,3 +174,8 @@ def reset_capture_report() -> None:
     _events_added.clear()
     for cell in _cells.values():  # runners hold them: zero in place
         cell[0] = 0
+
+
+def pad_unchecked(graph: str, ops) -> None:
+    """Ops a padded graph relies on through ``npugraphex_config.pad_unchecked_ops``."""
+    _summary.setdefault(graph, {})["pad_unchecked"] = list(ops)

@@ -9,10 +9,16 @@ independent (``pad_to_capture_size``), its outputs sliced back; else it runs eag
 only; a call above the largest size runs eagerly too.
 
 The batch dimension is dim 0 of the first graph input whose dim 0 is symbolic (``dynamic=True``
-or ``mark_dynamic``); every user input whose dim 0 is that symbol or another symbol that had the
-same value when traced (Dynamo may give each input its own), and every integer input equal to
-one, follows the batch size; every output whose dim 0 is one of them is sliced back. Only the
-sizes all those symbols' ranges admit are captured in this graph.
+or ``mark_dynamic``); every user input whose dim 0 is that symbol (after the shape
+environment's replacements: Dynamo may give each input its own symbol and unify them where the
+graph ties them), and every integer input equal to it, follows the batch size; every output
+whose dim 0 is it is sliced back. An input of another symbol is left alone, whatever its size
+(an unrelated input whose dim 0 happens to equal the batch size is not padded). A graph where
+the batch symbol also sizes another dim of an input (Dynamo gives equal sizes one symbol when
+traced with ``dynamic=True``) cannot be resized along dim 0 alone: its declared sizes are
+ignored with a warning (calls of other batch sizes get graphs of their own). Only the sizes
+all those symbols' ranges admit are captured in this graph. Before a graph pads, its rows are
+proven independent (:mod:`.pad_safety`).
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ class BatchDim:
     """Where the batch size lives in a graph's inputs and outputs."""
 
     symbol: Any
+    symbols: Tuple[Any, ...]         # the batch symbol and the symbols unified with it
     tensor_inputs: Tuple[int, ...]   # inputs whose dim 0 is the batch
     int_inputs: Tuple[int, ...]      # integer inputs equal to the batch size
     outputs: Tuple[int, ...]         # outputs whose dim 0 is the batch
@@ -66,11 +73,12 @@ def find_batch_dim(gm: torch.fx.GraphModule, examples: Sequence[Any],
     if symbol is None:
         return None
     # Dynamo may give each input its own symbol for the same batch (mark_dynamic, no duck
-    # shaping): every user input whose dim 0 is a symbol with the batch's traced value follows
-    hint = _hint(values, symbol)
+    # shaping) and unify them where the graph ties them: an input follows the batch where its
+    # dim-0 symbol is the batch's after the shape environment's replacements
+    canonical = _canonical(values, symbol)
     symbols = {symbol} | {_dim0_symbol(values[i]) for i in user_indices if i < len(values)
                           and _dim0_symbol(values[i]) is not None
-                          and _hint(values, _dim0_symbol(values[i])) == hint}
+                          and _canonical(values, _dim0_symbol(values[i])) == canonical}
     lowest, highest = 0, None
     for sym in symbols:
         low, high = _range_of(sym, values)
@@ -85,18 +93,36 @@ def find_batch_dim(gm: torch.fx.GraphModule, examples: Sequence[Any],
         for k, out in enumerate(outs):
             if isinstance(out, torch.fx.Node) and _dim0_symbol(out.meta.get("val")) in symbols:
                 outputs.append(k)
-    return BatchDim(symbol, tensors, ints, tuple(outputs), lowest, highest)
+    return BatchDim(symbol, tuple(symbols), tensors, ints, tuple(outputs), lowest,
+                    highest)
 
 
-def _hint(values, symbol) -> Optional[int]:
+def _canonical(values, symbol):
+    """``symbol`` after its shape environment's replacements (the symbol Dynamo unified it
+    with, where the graph ties two sizes)."""
     for v in values:
         if _dim0_symbol(v) == symbol:
-            from ...base.torch_support import symbolic_size_hint
+            shape_env = v.size(0).node.shape_env
+            return shape_env.replace(symbol) if shape_env is not None else symbol
+    return symbol
 
-            try:
-                return int(symbolic_size_hint()(v.size(0)))
-            except Exception:  # noqa: BLE001 - no hint: never the batch's
-                return None
+
+def unresizable(values: Sequence[Any], batch: BatchDim) -> Optional[str]:
+    """Why the graph's inputs cannot be resized along dim 0 alone (None: they can): the batch
+    symbol also sizes another dim of an input, or an input that is not padded."""
+    for i, v in enumerate(values):
+        if not isinstance(v, torch.Tensor):
+            continue
+        for d, size in enumerate(v.shape):
+            if not isinstance(size, torch.SymInt) or not (size.node.expr.free_symbols
+                                                          & set(batch.symbols)):
+                continue
+            if d != 0 or i not in batch.tensor_inputs:
+                return (f"the batch size {batch.symbol} also sizes dim {d} of input {i} "
+                        f"{tuple(v.shape)} (Dynamo gives sizes that were equal when traced "
+                        f"one symbol); padding dim 0 alone would break the graph. Calls of "
+                        f"other batch sizes get graphs of their own; mark only the batch dim "
+                        f"dynamic (torch._dynamo.mark_dynamic) to avoid it")
     return None
 
 
@@ -141,10 +167,11 @@ def sliced(outputs: Sequence[Any], batch: BatchDim, n: int) -> List[Any]:
 
 def undeclared_call(graph: str, sizes: Sequence[int], pad: bool, pad_refused: bool,
                     batch: BatchDim, args: Sequence[Any], n: int, run: Callable,
-                    eager: Callable) -> List[Any]:
+                    eager: Callable, row_writes: Sequence[Any] = ()) -> List[Any]:
     """A call of ``n`` rows, not a declared size: ``run`` on it padded up to the next declared
     size and its outputs sliced back; else (padding off or refused, ``n`` above the largest)
-    ``eager`` on it, that call only. Both are counted in the capture summary."""
+    ``eager`` on it, that call only. Both are counted in the capture summary. ``row_writes``:
+    rows of inputs the padding rows write (:mod:`.pad_safety`), restored after the call."""
     from . import report
 
     target = padded_size(sizes, n) if pad and not pad_refused else None
@@ -154,7 +181,12 @@ def undeclared_call(graph: str, sizes: Sequence[int], pad: bool, pad_refused: bo
         report.eager_call(graph, n, why)
         return eager(args)
     report.padded(graph, n, target)
-    return sliced(list(run(resized(args, batch, target))), batch, n)
+    if not row_writes:
+        return sliced(list(run(resized(args, batch, target))), batch, n)
+    from .pad_safety import restoring_rows
+
+    with restoring_rows(args, row_writes, n, target):
+        return sliced(list(run(resized(args, batch, target))), batch, n)
 
 
 def padded_size(sizes: Sequence[int], n: int) -> Optional[int]:
@@ -255,11 +287,27 @@ class DeclaredSizes:
         sizes = check_sizes(config.get("npugraphex_config.capture_sizes") or [], graph) \
             if enabled else []
         self.pad = config.get("npugraphex_config.pad_to_capture_size")
+        unchecked = config.get("npugraphex_config.pad_unchecked_ops") or []
         self.batch = find_batch_dim(gm, examples, user_indices) if sizes else None
-        self.sizes = admitted_sizes(sizes, self.batch, examples, user_indices, graph)
+        values = [p.meta.get("val") for p in gm.graph.find_nodes(op="placeholder")]
+        why = unresizable(values, self.batch) if self.batch is not None else None
+        if why is not None:
+            import warnings
+
+            warnings.warn(f"npugraphex_config.capture_sizes is ignored for graph {graph}: {why}",
+                          UserWarning, stacklevel=3)
+            self.batch = None
+        self.sizes = admitted_sizes(sizes, self.batch, examples, user_indices, graph) \
+            if why is None else []
         self.mutated = sorted(set(mutated_indices))
         self.pad_refused = self.batch is not None and bool(
             set(self.batch.tensor_inputs) & set(self.mutated))
+        self.row_writes: tuple = ()
+        if self.pad and self.sizes and not self.pad_refused:
+            from .pad_safety import check_padding
+
+            self.row_writes = check_padding(gm, self.batch, self.sizes, unchecked, graph,
+                                            values)
         self.pending = bool(self.sizes)
         self.slot = frame_slot() if self.sizes else None
 
@@ -299,4 +347,4 @@ class DeclaredSizes:
         if n in self.sizes:
             return None
         return undeclared_call(self.graph, self.sizes, self.pad, self.pad_refused, self.batch,
-                               args, n, run, eager)
+                               args, n, run, eager, self.row_writes)
