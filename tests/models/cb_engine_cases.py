@@ -74,8 +74,9 @@ def _load(path):
 
 
 def tokens_case(rank, world, path, mode):
-    """(``rank``/``world``: the rank pool's; one process passes 0, 1.) Eager's tokens, then ours in ``mode`` twice (the second call must compile nothing),
-    and what the captures report."""
+    """Eager's tokens, then ours in ``mode`` twice (the second call must compile nothing),
+    and what the captures report (``rank``/``world``: the rank pool's; one process passes
+    0, 1)."""
     import hf_decode
     from torch._dynamo.utils import counters
 
