@@ -451,4 +451,6 @@ def linalg_inverse_and_solve(a):
     return torch.linalg.inv(a), torch.linalg.solve(a, a[:, :1])
 
 
+import catalogue_dynamic  # noqa: E402,F401  (registers the dynamic-size programs, issue 44)
+
 PROGRAM_NAMES = [p.name for p in PROGRAMS]
