@@ -118,7 +118,7 @@ def _fft_c2c(cx, x, dim, normalization, forward):
 
 
 @register([aten._fft_r2c.default], ["Cast", "Fill", "Complex", "Transpose", "FFT", "Real",
-                                    "Imag", "Mul", "StridedSlice", "Const"])
+                                    "Imag", "Mul", "StridedSlice", "Const", "Shape"])
 def _fft_r2c(cx, x, dim, normalization, onesided):
     """The real signal made complex (zero imaginary part), a full FFT per dim, and for
     ``onesided`` the first n//2+1 bins of the last dim (a real signal's spectrum is Hermitian,
@@ -126,7 +126,7 @@ def _fft_r2c(cx, x, dim, normalization, onesided):
     if x.dtype not in _COMPLEX_OF:
         raise UnsupportedOpError(f"%{cx.node.name}: _fft_r2c of a {x.dtype} tensor (float32 "
                                  "or float64 signals only)")
-    zeros = cx.emit1("Fill", [("dims", cx.const(list(x.shape), torch.int64)),
+    zeros = cx.emit1("Fill", [("dims", cx.shape_of(x)),
                               ("value", cx.const(0, x.dtype))], desc=(x.dtype, x.shape))
     z = _complex(cx, x, zeros)
     n = _sizes(x, dim)
@@ -212,7 +212,8 @@ def _conj(cx, x):
     return cx.emit1("Conj", [("input", x)], port="output")
 
 
-@register([aten.angle.default], ["Angle", "Less", "IsNan", "SelectV2", "Fill", "Cast", "Const"])
+@register([aten.angle.default], ["Angle", "Less", "IsNan", "SelectV2", "Fill", "Cast", "Const",
+                                 "Shape"])
 def _angle(cx, x):
     """Complex: GE's Angle. Real: pi where x < 0, else 0; NaN stays NaN (torch's rule);
     integer inputs give float32."""
@@ -223,7 +224,7 @@ def _angle(cx, x):
     v = cx.cast(x, dtype)
     zero = cx.const(0, dtype)
     neg = cx.emit1("Less", [("x1", v), ("x2", zero)], desc=(torch.bool, shape))
-    fill = lambda value: cx.emit1("Fill", [("dims", cx.const(list(shape), torch.int64)),  # noqa: E731
+    fill = lambda value: cx.emit1("Fill", [("dims", cx.shape_of(x)),  # noqa: E731
                                            ("value", cx.const(value, dtype))], desc=(dtype, shape))
     y = cx.emit1("SelectV2", [("condition", neg), ("then", fill(math.pi)),
                               ("else", fill(0.0))], desc=(dtype, shape), port="result")

@@ -47,8 +47,12 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
                                  "lowering (1-D, 2-D and 3-D do)")
     dtype, shape = cx.out()
     n = rank - 2  # torch broadcasts a one-element stride/padding/dilation to every dim
-    stride, padding, dilation = (spatial_list(v, n) for v in (stride, padding, dilation))
-    output_padding = spatial_list(output_padding or [0], n)
+    fx = cx.node.args  # GE takes these as attributes: symbolic ones are fixed by a guard
+    stride, padding, dilation, output_padding = (
+        spatial_list(cx.static_ints(v, fx[i] if len(fx) > i else None, name), n)
+        for i, v, name in ((3, stride, "stride"), (4, padding, "padding"), (5, dilation, "dilation"),
+                           (7, output_padding or [0], "output_padding")))
+    groups = cx.static_int(groups, fx[8] if len(fx) > 8 else None, "groups")
     weight = cx.cast(weight, x.dtype)
     out = tuple(shape)
     if rank == 3:

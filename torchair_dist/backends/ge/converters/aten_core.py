@@ -75,14 +75,14 @@ def _xor(cx, a, b):
 def _is(ge_type: str):
     def conv(cx, x):
         if not x.dtype.is_floating_point:  # integers are never NaN/inf
-            return cx.emit1("Fill", [("dims", cx.const(list(x.shape), torch.int64)),
+            return cx.emit1("Fill", [("dims", cx.shape_of(x)),
                                      ("value", cx.const(False))])
         return cx.emit1(ge_type, [("x", cx.cast(x, cx.work_dtype(ge_type, x.dtype)))])
     return conv
 
 
-register([aten.isnan.default], ["IsNan", "Fill", "Cast", "Const"])(_is("IsNan"))
-register([aten.isinf.default], ["IsInf", "Fill", "Cast", "Const"])(_is("IsInf"))
+register([aten.isnan.default], ["IsNan", "Fill", "Cast", "Const", "Shape"])(_is("IsNan"))
+register([aten.isinf.default], ["IsInf", "Fill", "Cast", "Const", "Shape"])(_is("IsInf"))
 
 
 # -- prims twins of ops that already have an aten converter -----------------------------------
@@ -175,7 +175,7 @@ def _prod(cx, x, dims=None, keepdim=False, *, dtype=None, output_dtype=None):
 
 
 @register([prims.var.default], ["ReduceMean", "ReduceSum", "Sub", "Mul", "RealDiv", "Cast",
-                                "Const"])
+                                "Const", "ReduceProd", "GatherV2", "Shape", "Maximum"])
 def _prims_var(cx, x, dims, correction=1, *, output_dtype=None):
     """sum((x - mean)^2) / max(N - correction, 0) over ``dims`` (N: their element count)."""
     dtype = cx.out_dtype
@@ -194,8 +194,19 @@ def _prims_var(cx, x, dims, correction=1, *, output_dtype=None):
     sq = cx.emit1("Mul", [("x1", dev), ("x2", dev)], desc=(dtype, x.shape))
     total = cx.emit1("ReduceSum", [("x", sq), ("axes", cx.const(axes, torch.int64))],
                      {"keep_dims": False}) if axes else sq
-    return cx.emit1("RealDiv", [("x1", total), ("x2", cx.const(float(max(n - correction, 0)),
-                                                               dtype))])
+    if n >= 0 and all(x.shape[a] >= 0 for a in axes) and not isinstance(correction, TensorRef):
+        div = cx.const(float(max(n - correction, 0)), dtype)
+    else:  # N read from the run-time shape (a symbolic dim is -1 in the descriptor)
+        f64 = torch.float64
+        count = cx.emit1("ReduceProd", [("x", cx.emit1(
+            "GatherV2", [("x", cx.shape_of(x)), ("indices", cx.const(axes, torch.int64)),
+                         ("axis", cx.const(0, torch.int64))], None, (torch.int64, (len(axes),)))),
+            ("axes", cx.const([0], torch.int64))], {"keep_dims": False}, (torch.int64, ()))
+        count = cx.emit1("Sub", [("x1", cx.cast(count, f64)), ("x2", cx.tensor(correction, f64))],
+                         None, (f64, ()))
+        count = cx.emit1("Maximum", [("x1", count), ("x2", cx.const(0.0, f64))], None, (f64, ()))
+        div = cx.cast(count, dtype)
+    return cx.emit1("RealDiv", [("x1", total), ("x2", div)])
 
 
 @register([aten.cumprod.default], ["Cumprod", "Cast", "Const"])
@@ -293,7 +304,7 @@ def _as_strided(cx, x, size, stride, storage_offset=None):
 
 @register([aten.scatter_add.default, aten.scatter_reduce.two],
           ["ScatterElements", "Fill", "RealDiv", "FloorDiv", "Equal", "SelectV2", "Cast",
-           "Const"])
+           "Const", "Shape"])
 def _scatter_reduce(cx, x, dim, index, src, reduce="sum", *, include_self=True):
     """ScatterElements with a reduction (ONNX semantics: reduces into the existing values)."""
     from .aten_order import scatter_reduce_value
@@ -303,7 +314,7 @@ def _scatter_reduce(cx, x, dim, index, src, reduce="sum", *, include_self=True):
 
 
 @register([aten.scatter.reduce, aten.scatter.value_reduce],
-          ["ScatterElements", "Fill", "Cast", "Const"])
+          ["ScatterElements", "Fill", "Cast", "Const", "Shape"])
 def _scatter_legacy_reduce(cx, x, dim, index, src, *, reduce):
     """scatter(..., reduce="add"/"multiply"): scatter_reduce sum/prod including self; a scalar
     ``src`` is filled to the index's shape."""
@@ -315,7 +326,7 @@ def _scatter_legacy_reduce(cx, x, dim, index, src, *, reduce):
     from .aten_order import scatter_reduce_value
 
     if not isinstance(src, TensorRef):
-        src = cx.emit1("Fill", [("dims", cx.const(list(index.shape), torch.int64)),
+        src = cx.emit1("Fill", [("dims", cx.shape_of(index)),
                                 ("value", cx.const(src, x.dtype))], desc=(x.dtype, index.shape))
     return scatter_reduce_value(cx, x, dim % max(len(x.shape), 1), index, cx.cast(src, x.dtype),
                                 {"add": "sum", "multiply": "prod"}[reduce], True)

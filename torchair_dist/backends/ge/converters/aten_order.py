@@ -21,6 +21,9 @@ prims = torch.ops.prims
 
 
 def _numel(shape) -> int:
+    """The element count of a descriptor shape; -1 when a dim is symbolic (-1)."""
+    if any(d < 0 for d in shape):
+        return -1
     return int(math.prod(shape)) if shape else 1
 
 
@@ -89,7 +92,7 @@ def scatter_reduce_value(cx, x, axis, index, src, reduce, include_self):
             ident = -big if reduce == "amax" else big
             if dtype.is_floating_point:
                 ident = float("-inf") if reduce == "amax" else float("inf")
-        fill = cx.emit1("Fill", [("dims", cx.const(list(src.shape), torch.int64)),
+        fill = cx.emit1("Fill", [("dims", cx.shape_of(src)),
                                  ("value", cx.const(ident, dtype))], desc=(dtype, src.shape))
         x = cx.emit1("ScatterElements", [("data", x), ("indices", index), ("updates", fill)],
                      {"axis": axis, "reduction": "none"}, desc=(dtype, x.shape))
@@ -102,9 +105,9 @@ def scatter_mean(cx, x, axis, index, src, include_self):
     counts once when ``include_self``); places nothing is scattered to keep x; integers divide
     with floor (torch's rule)."""
     dtype, shape = x.dtype, tuple(x.shape)
-    ones_src = cx.emit1("Fill", [("dims", cx.const(list(src.shape), torch.int64)),
+    ones_src = cx.emit1("Fill", [("dims", cx.shape_of(src)),
                                  ("value", cx.const(1, dtype))], desc=(dtype, src.shape))
-    start = cx.emit1("Fill", [("dims", cx.const(list(shape), torch.int64)),
+    start = cx.emit1("Fill", [("dims", cx.shape_of(x)),
                               ("value", cx.const(1 if include_self else 0, dtype))],
                      desc=(dtype, shape))
     count = cx.emit1("ScatterElements", [("data", start), ("indices", index),
@@ -112,7 +115,7 @@ def scatter_mean(cx, x, axis, index, src, include_self):
                      {"axis": axis, "reduction": "add"}, (dtype, shape))
     base = x
     if not include_self:
-        zeros = cx.emit1("Fill", [("dims", cx.const(list(src.shape), torch.int64)),
+        zeros = cx.emit1("Fill", [("dims", cx.shape_of(src)),
                                   ("value", cx.const(0, dtype))], desc=(dtype, src.shape))
         base = cx.emit1("ScatterElements", [("data", x), ("indices", index), ("updates", zeros)],
                         {"axis": axis, "reduction": "none"}, (dtype, shape))
@@ -128,7 +131,7 @@ def scatter_mean(cx, x, axis, index, src, include_self):
 
 @register([aten.index_reduce.default], ["Reshape", "BroadcastTo", "ScatterElements", "Fill",
                                         "RealDiv", "FloorDiv", "Equal", "SelectV2", "Cast",
-                                        "Const"])
+                                        "Const", "Shape"])
 def _index_reduce(cx, x, dim, index, source, reduce, *, include_self=True):
     """index_reduce is scatter_reduce with the 1-D index broadcast along ``dim`` of source."""
     if not source.shape:  # a 0-d source/self: one place, scattered as a [1] tensor
@@ -142,8 +145,7 @@ def _index_reduce(cx, x, dim, index, source, reduce, *, include_self=True):
     view[d] = index.shape[0] if index.shape else 1
     idx = cx.reshape(cx.cast(index, torch.int64), view, tuple(view))
     if tuple(view) != tuple(source.shape):
-        idx = cx.emit1("BroadcastTo", [("x", idx), ("shape", cx.const(list(source.shape),
-                                                                        torch.int64))],
+        idx = cx.emit1("BroadcastTo", [("x", idx), ("shape", cx.shape_of(source))],
                        desc=(torch.int64, tuple(source.shape)))
     return scatter_reduce_value(cx, x, d, idx, source, reduce, include_self)
 
@@ -278,16 +280,21 @@ def _put(cx, x, index, source, accumulate=False):
 
 
 @register([aten.masked_scatter.default], ["BroadcastTo", "Reshape", "Cast", "Cumsum", "Sub",
-                                          "Maximum", "GatherV2", "SelectV2", "Const"])
+                                          "Maximum", "GatherV2", "SelectV2", "Const", "Shape"])
 def _masked_scatter(cx, x, mask, source):
     """out[i] = source[k] at the k-th True of the mask (in row-major order), else x[i]: the
     rank k is a running count of the mask; a mask with more Trues than source has elements
     gathers out of range (torch raises too)."""
     dtype, shape = cx.out()
     n = _numel(shape)
+    like = x if tuple(x.shape) == tuple(shape) else mask if tuple(mask.shape) == tuple(shape) \
+        else None
+    if like is None and n < 0:
+        raise UnsupportedOpError(f"%{cx.node.name}: masked_scatter of {tuple(x.shape)} and mask "
+                                 f"{tuple(mask.shape)} broadcast to a symbolic shape: not lowered")
     if tuple(mask.shape) != tuple(shape):
-        mask = cx.emit1("BroadcastTo", [("x", mask), ("shape", cx.const(list(shape),
-                                                                          torch.int64))],
+        mask = cx.emit1("BroadcastTo", [("x", mask), ("shape", cx.shape_of(like) if like is not None
+                                                      else cx.const(list(shape), torch.int64))],
                         desc=(torch.bool, tuple(shape)))
     m = _flat(cx, mask)
     e = Ew(cx, torch.int64, (n,))
@@ -301,7 +308,7 @@ def _masked_scatter(cx, x, mask, source):
     y = cx.emit1("SelectV2", [("condition", m), ("then", picked),
                               ("else", _flat(cx, cx.cast(x, dtype)))], desc=(dtype, (n,)),
                  port="result")
-    return cx.reshape(y, list(shape), shape)
+    return cx.reshape(y, cx.dims(like) if like is not None else list(shape), shape)
 
 
 @register([aten.nonzero_static.default], ["NotEqual", "Reshape", "Cast", "Cumsum", "Sub",
