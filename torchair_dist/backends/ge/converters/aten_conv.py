@@ -61,6 +61,16 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
         output_padding = [0, *output_padding]
         out = (shape[0], shape[1], 1, shape[2])
     spatial = len(out) - 2
+    if (transposed or spatial == 3) and x.dtype != torch.float16 and any(
+            d < 0 for d in tuple(x.shape) + tuple(weight.shape) + out):
+        # these lowerings unroll over static sizes: symbolic ones are fixed by guards
+        if rank == 3:
+            raise UnsupportedOpError(f"%{cx.node.name}: a transposed 1-D convolution with "
+                                     "symbolic sizes: not lowered; mark the sizes static")
+        x = cx.static_shape(x, fx[0], "input")
+        weight = cx.static_shape(weight, fx[1], "weight")
+        out = shape = tuple(cx.static_int(d, v, "output size")
+                            for d, v in zip(shape, cx.val.shape))
     if (transposed or spatial == 3) and x.dtype != torch.float16:
         # the registry's Conv3D / Conv*Transpose take float16 only: wider types through Conv2D
         if x.dtype == torch.float64:

@@ -284,7 +284,7 @@ class ConvertContext:
         SymInt) specialized to its value in this compile, with a guard so that another
         value recompiles. Refused by name once the guards are fixed (a backward compiled
         after its forward ran: a guard added then would be ignored)."""
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
         sym = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else fx_arg
         if isinstance(sym, int) and not isinstance(sym, bool):
@@ -307,6 +307,18 @@ class ConvertContext:
             return [self.static_int(values, fx_args, what)]
         fx_args = list(fx_args) if isinstance(fx_args, (list, tuple)) else [None] * len(values)
         return [self.static_int(v, a, what) for v, a in zip(values, fx_args)]
+
+    def static_shape(self, ref: TensorRef, fx_arg: Any, what: str) -> TensorRef:
+        """``ref`` with every symbolic dim fixed by a guard (:meth:`static_int` of its FX
+        value's sizes): for lowerings that need static sizes (another size recompiles)."""
+        if all(d >= 0 for d in ref.shape):
+            return ref
+        val = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            raise UnsupportedOpError(f"%{self.node.name}: {self.node.target}'s {what} has the "
+                                     f"symbolic shape {ref.shape}, which this lowering needs static")
+        return ref._replace(shape=tuple(self.static_int(d, v, f"{what} size")
+                                        for d, v in zip(ref.shape, val.shape)))
 
     def int_list(self, values: Sequence[Any], dtype: torch.dtype = torch.int64) -> TensorRef:
         """A 1-D int tensor from ints and/or scalar int refs (symbolic sizes): Const or Pack."""
