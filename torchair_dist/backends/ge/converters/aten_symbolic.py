@@ -26,6 +26,41 @@ def _sym_size(cx, x, dim):
                                  ("axis", cx.const(0, torch.int64))], None, (torch.int64, ()))
 
 
+@register([aten.sym_stride.int], ["Shape", "GatherV2", "Const", "Mul", "Add"])
+def _sym_stride(cx, x, dim):
+    """``x.stride(dim)`` of a graph input with symbolic strides: the stride's expression in
+    x's own sizes (e.g. ``s1*s2`` for a contiguous [s0, s1, s2]) computed from the run-time
+    shape. A stride not made of x's sizes by products and sums is refused by name."""
+    import sympy
+
+    val = cx.node.args[0].meta.get("val") if isinstance(cx.node.args[0], torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        raise UnsupportedOpError(f"%{cx.node.name}: sym_stride of a value with no fake tensor")
+    stride = val.stride(dim)
+    if isinstance(stride, int):
+        return cx.const(stride, torch.int64)
+    sizes = {}
+    for i, d in enumerate(val.shape):
+        if isinstance(d, torch.SymInt) and isinstance(d.node.expr, sympy.Symbol):
+            sizes.setdefault(d.node.expr, i)
+
+    def lower(e):
+        if isinstance(e, sympy.Integer):
+            return cx.const(int(e), torch.int64)
+        if isinstance(e, sympy.Symbol) and e in sizes:
+            return cx.tensor(cx.dim(x, sizes[e]), torch.int64)
+        if isinstance(e, (sympy.Mul, sympy.Add)):
+            acc = lower(e.args[0])
+            for a in e.args[1:]:
+                acc = cx.emit1("Mul" if isinstance(e, sympy.Mul) else "Add",
+                               [("x1", acc), ("x2", lower(a))], None, (torch.int64, ()))
+            return acc
+        raise UnsupportedOpError(f"%{cx.node.name}: the stride {stride} of a graph input is not "
+                                 "a product/sum of its sizes; not lowered (mark it static, or "
+                                 "compile with mode='npugraph_ex')")
+    return lower(stride.node.expr)
+
+
 @register([aten.sym_numel.default], ["ReduceProd", "Shape", "Const"])
 def _sym_numel(cx, x):
     if all(d >= 0 for d in x.shape):
