@@ -70,6 +70,14 @@ def min_max_floor_ceil_of_sizes(x):
     return x[:a] * math.floor(n / 3), x[:b] * math.ceil(n / 3), x[:math.trunc(-n / 4) + n]
 
 
+@program(lambda n: [randn(3 + n, 4, n=n)], dynamic_sizes=True)
+def as_strided_with_symbolic_sizes(x):
+    n = x.size(0)
+    y = x * 2
+    return (torch.as_strided(y, (n - 1, 2), (x.size(1), 1), 1) * 1,
+            torch.as_strided_scatter(y, torch.ones(n - 1, 2), (n - 1, 2), (x.size(1), 1), 1))
+
+
 # -- complex arithmetic with an alpha ------------------------------------------------------
 @program(lambda n: [randn(3 + n, 4, n=n, dtype=torch.complex64),
                     randn(3 + n, 4, n=n + 1, dtype=torch.complex64)], dynamic_sizes=True)

@@ -256,6 +256,16 @@ def _dense(shape, stride) -> bool:
     return True
 
 
+def _contiguous(shape, stride) -> bool:
+    """Row-major (dims of size 1 may have any stride), as ``Tensor.is_contiguous``."""
+    expected = 1
+    for d in reversed(range(len(shape))):
+        if shape[d] != 1 and stride[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
+
+
 @register([aten.as_strided.default, aten.as_strided_copy.default], ["GatherV2", "Reshape",
                                                                       "Transpose", "Const", "Cast"])
 def _as_strided(cx, x, size, stride, storage_offset=None):
@@ -266,21 +276,29 @@ def _as_strided(cx, x, size, stride, storage_offset=None):
     between its own are not in the graph."""
     from ....errors import UnsupportedOpError
 
-    src = cx.node.args[0].meta.get("val")
-    if (any(d < 0 for d in x.shape) or not all(isinstance(s, int) for s in [*size, *stride])
-            or src is None or not all(isinstance(s, int) for s in src.stride())):
-        raise UnsupportedOpError(f"%{cx.node.name}: as_strided has a GE lowering only for an "
-                                 "input of static shape and strides")
-    if not src.is_contiguous():
-        if not _dense(src.shape, src.stride()):
+    fx = cx.node.args
+    src = fx[0].meta.get("val")
+    if src is None:
+        raise UnsupportedOpError(f"%{cx.node.name}: as_strided of a value with no fake tensor")
+    # the offsets are computed here: symbolic sizes, strides and offset are fixed by guards
+    x = cx.static_shape(x, fx[0], "input")
+    size = cx.static_ints(list(size), fx[1], "size")
+    stride = cx.static_ints(list(stride), fx[2], "stride")
+    if storage_offset is not None:
+        storage_offset = cx.static_int(storage_offset, fx[3] if len(fx) > 3 else
+                                       cx.node.kwargs.get("storage_offset"), "storage_offset")
+    src_stride = cx.static_ints(list(src.stride()), list(src.stride()), "input stride")
+    src_shape = list(x.shape)
+    if not _contiguous(src_shape, src_stride):
+        if not _dense(src_shape, src_stride):
             raise UnsupportedOpError(
                 f"%{cx.node.name}: as_strided of an input with gaps in its storage (strides "
-                f"{tuple(src.stride())} for shape {tuple(src.shape)}): eager reads the storage "
+                f"{tuple(src_stride)} for shape {tuple(src_shape)}): eager reads the storage "
                 "between its elements, which the GE graph does not have (clone the input first)")
-        perm = sorted(range(src.dim()), key=lambda d: (-src.stride(d), d))
+        perm = sorted(range(src.dim()), key=lambda d: (-src_stride[d], d))
         x = cx.emit1("Transpose", [("x", x), ("perm", cx.const(perm, torch.int64))],
                      desc=(x.dtype, tuple(x.shape[d] for d in perm)))
-    base = int(src.storage_offset())
+    base = cx.static_int(src.storage_offset(), src.storage_offset(), "input storage offset")
     offset = int(storage_offset if storage_offset is not None else base) - base
     index = torch.full(tuple(size), offset, dtype=torch.int64)
     for d, (n, s) in enumerate(zip(size, stride)):

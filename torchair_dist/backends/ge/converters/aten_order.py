@@ -45,10 +45,10 @@ def _scatter_flat(cx, x, positions: torch.Tensor, src):
         flat = cx.emit1("ScatterElements", [("data", flat), ("indices", cx.const(pos)),
                                             ("updates", _flat(cx, cx.cast(src, dtype)))],
                         {"axis": 0, "reduction": "none"}, (dtype, flat.shape))
-    return cx.reshape(flat, list(shape), shape)
+    return cx.reshape(flat, cx.dims(x), shape)  # x's own shape (run-time where symbolic)
 
 
-_SCATTER = ["ScatterElements", "Reshape", "Cast", "Const"]
+_SCATTER = ["ScatterElements", "Reshape", "Cast", "Const", "Shape", "GatherV2", "Pack"]
 
 
 @register([aten.diagonal_scatter.default], _SCATTER)
@@ -60,12 +60,18 @@ def _diagonal_scatter(cx, x, src, offset=0, dim1=0, dim2=1):
 @register([aten.as_strided_scatter.default, prims.as_strided_scatter.default], _SCATTER)
 def _as_strided_scatter(cx, x, src, size, stride, storage_offset=0):
     """Positions in the storage of a contiguous ``x`` (what the graph's value of x is)."""
-    val = cx.node.args[0].meta.get("val")
+    fx = cx.node.args
+    val = fx[0].meta.get("val")
     if val is not None and not val.is_contiguous():
         raise UnsupportedOpError(f"%{cx.node.name}: as_strided_scatter into a non-contiguous "
                                  "tensor: its storage layout is not a GE tensor's")
-    where = torch.arange(_numel(x.shape)).as_strided(list(size), list(stride),
-                                                      int(storage_offset or 0))
+    # the positions are computed here: symbolic sizes, strides and offset are fixed by guards
+    x = cx.static_shape(x, fx[0], "input")
+    size = cx.static_ints(list(size), fx[2] if len(fx) > 2 else None, "size")
+    stride = cx.static_ints(list(stride), fx[3] if len(fx) > 3 else None, "stride")
+    offset = cx.static_int(storage_offset or 0, fx[4] if len(fx) > 4 else
+                           cx.node.kwargs.get("storage_offset"), "storage_offset")
+    where = torch.arange(_numel(x.shape)).as_strided(size, stride, offset)
     return _scatter_flat(cx, x, where, src)
 
 
