@@ -270,7 +270,8 @@ def _contiguous(shape, stride) -> bool:
                                                                       "Transpose", "Const", "Cast"])
 def _as_strided(cx, x, size, stride, storage_offset=None):
     """A view with explicit strides: GatherV2 of the input's elements in STORAGE order (eager's
-    as_strided reads the storage) at the (Const) linear offsets; static shapes only. A
+    as_strided reads the storage) at the (Const) linear offsets; symbolic sizes, strides and
+    offsets are fixed by guards (another value recompiles). A
     non-contiguous input whose elements fill their storage span (a transpose, a permute) is
     first permuted into storage order; one with gaps (a slice) is refused: the elements
     between its own are not in the graph."""
