@@ -154,8 +154,9 @@ def _sym_truediv(cx, a, b):
 
 def _to_int(ge_type: Optional[str]):
     def conv(cx, x, ndigits=None):
-        if isinstance(x, TensorRef) and x.dtype == torch.int64 and ndigits is None:
-            return x
+        is_int = isinstance(x, TensorRef) and x.dtype == torch.int64
+        if is_int and (ndigits is None or (isinstance(ndigits, int) and ndigits >= 0)):
+            return x  # an int rounded (to >= 0 digits) is itself
         value = _as_double(cx, x)
         if ndigits is not None:  # round(x, n): a float, x * 10**n rounded half to even
             if ge_type != "Round" or not isinstance(ndigits, int):
@@ -165,8 +166,9 @@ def _to_int(ge_type: Optional[str]):
             scale = cx.const(10.0 ** ndigits, torch.float64)
             value = cx.emit1("Mul", [("x1", value), ("x2", scale)], None, (torch.float64, ()))
             value = cx.emit1("Round", [("x", value)], None, (torch.float64, ()))
-            return cx.emit1("RealDiv", [("x1", value), ("x2", scale)], None,
-                            (torch.float64, ()))
+            value = cx.emit1("RealDiv", [("x1", value), ("x2", scale)], None,
+                             (torch.float64, ()))
+            return cx.cast(value, torch.int64) if is_int else value  # round(int, -n): an int
         if ge_type is not None:  # Round is half to even, as Python's round()
             value = cx.emit1(ge_type, [("x", value)], None, (torch.float64, ()))
         return cx.cast(value, torch.int64)  # Cast truncates toward zero, as math.trunc
