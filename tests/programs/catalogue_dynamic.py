@@ -106,6 +106,17 @@ def masked_scatter_reshape_on_dynamic_shape(x, mask, src):
     return y.reshape(-1, 2), y.view(2, -1)
 
 
+@program(lambda n: [randn(3 + 2 * n, 5, n=n)], dynamic_sizes=True)
+def median_kthvalue_put_on_dynamic_shape(x):
+    return (x.median(0)[0], x.nanmedian(1)[0], x.kthvalue(2, 0, keepdim=True)[0],
+            x.put(torch.tensor([-1, 2]), torch.tensor([9.0, 8.0])))
+
+
+@program(lambda n: [randn(3, 4 + 2 * n, n=n)], dynamic_sizes=True)
+def rfft_of_dynamic_length(x):
+    return torch.fft.rfft(x).abs(), torch.fft.rfft(x, norm="ortho").abs()
+
+
 # -- slice_scatter on a symbolic dim -------------------------------------------------------
 @program(lambda n: [randn(6 + 2 * n, 3, n=n), randn(3 + n, 3, n=n + 1)], dynamic_sizes=True)
 def slice_scatter_with_step_on_dynamic_dim(x, src):

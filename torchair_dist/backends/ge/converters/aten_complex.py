@@ -96,10 +96,15 @@ def _require_complex(cx, x):
                                  "GE's FFT ops take complex64/complex128")
 
 
-def _sizes(x, dims):
+def _sizes(cx, x, dims):
+    """The product of x's lengths along ``dims``, for a normalisation factor: a symbolic
+    length is fixed by a guard (another length recompiles), never read as -1."""
+    val = cx.node.args[0].meta.get("val") if isinstance(cx.node.args[0], torch.fx.Node) else None
     n = 1
     for d in dims:
-        n *= x.shape[d % len(x.shape)]
+        d %= len(x.shape)
+        n *= x.shape[d] if x.shape[d] >= 0 else cx.static_int(
+            -1, val.shape[d] if val is not None else None, "FFT length")
     return n
 
 
@@ -109,7 +114,7 @@ def _fft_c2c(cx, x, dim, normalization, forward):
     """Forward: FFT per dim; inverse: IFFT per dim (which divides by each length), so the
     requested normalisation is reached by scaling with n * factor."""
     _require_complex(cx, x)
-    n = _sizes(x, dim)
+    n = _sizes(cx, x, dim)
     y = x
     for d in dim:
         y = _along(cx, y, d, "FFT" if forward else "IFFT")
@@ -118,7 +123,8 @@ def _fft_c2c(cx, x, dim, normalization, forward):
 
 
 @register([aten._fft_r2c.default], ["Cast", "Fill", "Complex", "Transpose", "FFT", "Real",
-                                    "Imag", "Mul", "StridedSlice", "Const", "Shape"])
+                                    "Imag", "Mul", "StridedSlice", "Const", "Shape", "Add",
+                                    "FloorDiv", "GatherV2", "Pack"])
 def _fft_r2c(cx, x, dim, normalization, onesided):
     """The real signal made complex (zero imaginary part), a full FFT per dim, and for
     ``onesided`` the first n//2+1 bins of the last dim (a real signal's spectrum is Hermitian,
@@ -129,21 +135,30 @@ def _fft_r2c(cx, x, dim, normalization, onesided):
     zeros = cx.emit1("Fill", [("dims", cx.shape_of(x)),
                               ("value", cx.const(0, x.dtype))], desc=(x.dtype, x.shape))
     z = _complex(cx, x, zeros)
-    n = _sizes(x, dim)
+    n = _sizes(cx, x, dim)
     for d in dim:
         z = _along(cx, z, d, "FFT")
     z = _scale(cx, z, _norm_factor(normalization, n))
     if onesided:
         last = dim[-1] % len(x.shape)
-        keep = x.shape[last] // 2 + 1
+        size = x.shape[last]
+        if size >= 0:
+            keep = size // 2 + 1
+        else:  # a symbolic length: n // 2 + 1 from the run-time shape
+            i64 = torch.int64
+            keep = cx.emit1("Add", [("x1", cx.emit1("FloorDiv", [
+                ("x1", cx.dim(x, last)), ("x2", cx.const(2, i64))], None, (i64, ()))),
+                ("x2", cx.const(1, i64))], None, (i64, ()))
         begin = [0] * len(x.shape)
-        end = list(x.shape)
+        end = [0] * len(x.shape)
         end[last] = keep
-        out_shape = tuple(end)
+        out_shape = tuple(keep if i == last and isinstance(keep, int) else
+                          -1 if i == last else d for i, d in enumerate(x.shape))
+        others = sum(1 << i for i in range(len(x.shape)) if i != last)
         z = cx.emit1("StridedSlice", [("x", z), ("begin", cx.const(begin, torch.int64)),
-                                      ("end", cx.const(end, torch.int64)),
+                                      ("end", cx.int_list(end)),
                                       ("strides", cx.const([1] * len(end), torch.int64))],
-                     desc=(z.dtype, out_shape))
+                     {"begin_mask": others, "end_mask": others}, desc=(z.dtype, out_shape))
     return z
 
 
@@ -159,15 +174,15 @@ def _fft_c2r(cx, x, dim, normalization, last_dim_size):
         y = _along(cx, y, d, "IFFT")
     last = dim[-1] % len(x.shape)
     y, perm = _to_innermost(cx, y, last)
-    n = int(last_dim_size)
+    n = cx.static_int(last_dim_size, cx.node.args[3] if len(cx.node.args) > 3 else None,
+                      "last_dim_size")
     if x.dtype == torch.complex64:
         y = cx.emit1("IRFFT", [("x", y), ("fft_length", cx.const([n], torch.int32))],
                      desc=(torch.float32, tuple(y.shape[:-1]) + (n,)))
     else:
         y = _hermitian_inverse(cx, y, n)
     y = _back(cx, y, perm)
-    sizes = [x.shape[d % len(x.shape)] for d in dim[:-1]] + [n]
-    total = math.prod(sizes)
+    total = _sizes(cx, x, dim[:-1]) * n
     factor = _norm_factor(normalization, total) * total
     if factor != 1.0:
         y = cx.emit1("Mul", [("x1", y), ("x2", cx.const(factor, y.dtype))],

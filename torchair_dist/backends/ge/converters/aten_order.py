@@ -223,14 +223,16 @@ def _nanmedian(cx, x, dim, keepdim, with_index):
     i = cx.emit1("GatherElements", [("x", cx.cast(order, torch.int64)), ("index", k)],
                  {"dim": d}, (torch.int64, kept))
     out_shape = cx.out(0)[1] if with_index else cx.out()[1]
-    if tuple(out_shape) != kept:
-        v = cx.reshape(v, list(out_shape), out_shape)
-        i = cx.reshape(i, list(out_shape), out_shape)
+    if tuple(out_shape) != kept:  # keepdim=False: x's dims but d (run-time where symbolic)
+        dims = [v for j, v in enumerate(cx.dims(x)) if j != d]
+        v = cx.reshape(v, dims, out_shape)
+        i = cx.reshape(i, dims, out_shape)
     return [v, i] if with_index else v
 
 
 _MEDIAN = ["IsNan", "SelectV2", "Fill", "Sort", "LogicalNot", "ReduceSum", "Sub", "FloorDiv",
-           "Maximum", "GatherElements", "Equal", "Reshape", "Cast", "Const"]
+           "Maximum", "GatherElements", "Equal", "Reshape", "Cast", "Const", "Shape", "GatherV2",
+           "Pack"]
 
 
 @register([aten.nanmedian.default], _MEDIAN)
@@ -241,7 +243,10 @@ def _nanmedian_all(cx, x):
     if not x.dtype.is_floating_point:  # no NaN: the lower median
         from .aten_select import _kth
 
-        return cx.reshape(_kth(cx, flat, (flat.shape[0] - 1) // 2, 0, True, False), [], ())
+        from .aten_select import lower_median_index
+
+        k = lower_median_index(cx, flat, 0)
+        return cx.reshape(_kth(cx, flat, k, 0, True, False), [], ())
     return _nanmedian(cx, flat, 0, False, False)
 
 
@@ -260,29 +265,34 @@ def _nanmedian_dim(cx, x, dim=0, keepdim=False):
     if not x.dtype.is_floating_point:
         from .aten_select import _kth
 
-        n = x.shape[dim % len(x.shape)] if x.shape else 1
-        return _kth(cx, x, (n - 1) // 2, dim, keepdim, True)
+        from .aten_select import lower_median_index
+
+        k = lower_median_index(cx, x, dim % max(len(x.shape), 1))
+        return _kth(cx, x, k, dim, keepdim, True)
     return _nanmedian(cx, x, dim, keepdim, True)
 
 
 # -- writes at positions computed from values ----------------------------------------------------
 @register([aten.put.default], ["Reshape", "Cast", "Less", "Add", "SelectV2", "ScatterElements",
-                               "Const"])
+                               "Const", "ReduceProd", "Shape", "GatherV2", "Pack"])
 def _put(cx, x, index, source, accumulate=False):
     """x.flatten() with source written (or added) at ``index`` (negative counts from the end),
     one ScatterElements."""
     dtype, shape = cx.out()
     n = _numel(x.shape)
+    if n < 0:  # the element count a negative index counts back from, at run time
+        n = cx.emit1("ReduceProd", [("x", cx.shape_of(x)), ("axes", cx.const([0], torch.int64))],
+                     {"keep_dims": False}, (torch.int64, ()))
     flat = _flat(cx, cx.cast(x, dtype))
     idx = _flat(cx, cx.cast(index, torch.int64))
     if not idx.shape[0]:
-        return cx.reshape(flat, list(shape), shape)
+        return cx.reshape(flat, cx.dims(x), shape)
     e = Ew(cx, torch.int64, idx.shape)
     idx = e.where(e.less(idx, 0), e.add(idx, n), idx)
     y = cx.emit1("ScatterElements", [("data", flat), ("indices", idx),
                                      ("updates", _flat(cx, cx.cast(source, dtype)))],
                  {"axis": 0, "reduction": "add" if accumulate else "none"}, (dtype, flat.shape))
-    return cx.reshape(y, list(shape), shape)
+    return cx.reshape(y, cx.dims(x), shape)
 
 
 @register([aten.masked_scatter.default], ["BroadcastTo", "Reshape", "Cast", "Cumsum", "Sub",
