@@ -380,6 +380,9 @@ def _mode(cx, x, dim=-1, keepdim=False):
     (vdt, vshape), (idt, ishape) = cx.out(0), cx.out(1)
     if not x.shape:
         return [x, cx.const(0, torch.int64)]
+    if any(v < 0 for v in x.shape):  # the lowering unrolls over sizes: fixed by guards
+        x = cx.static_shape(x, cx.node.args[0], "input")
+        vshape = ishape = tuple(cx.static_int(-1, v, "output size") for v in cx.val[0].shape)
     rank = len(x.shape)
     d = dim % rank
     if d != rank - 1:
