@@ -74,3 +74,44 @@ def test_executor_refuses_a_fill_of_a_minus_one_dim():
     args = [("dims", torch.tensor([-1, 3])), ("value", torch.tensor(1.0))]
     with pytest.raises(GeRuntimeError, match="Fill.*symbolic size written as a constant"):
         run_op("Fill", args, outputs=[("y", (torch.float32, (-1, 3)))], consts=("dims", "value"))
+
+
+def _r(*size, seed=0):
+    return torch.randn(*size, generator=torch.Generator().manual_seed(seed))
+
+
+def _i(n):
+    return torch.randint(0, 3, (n, 4), generator=torch.Generator().manual_seed(n))
+
+
+F = torch.nn.functional
+# ops whose converters took a size from a -1 descriptor dim (a fill, a reshape, a pick index,
+# a wrap-around count) or refused a size expression; each called at three sizes
+OPS_ON_SYMBOLIC_SIZES = {
+    "put_negative_index": (lambda x: x.put(torch.tensor([-1, 2]), torch.tensor([9.0, 8.0])),
+                           lambda n: [_r(n, 3)]),
+    "median_kthvalue": (lambda x: (x.median(0)[0], x.median(1, keepdim=True)[0],
+                                   x.nanmedian(0)[0], x.int().nanmedian(),
+                                   x.kthvalue(2, 0, keepdim=True)[0]), lambda n: [_r(n, 5)]),
+    "mode": (lambda x: torch.mode(x, 1)[0], lambda n: [_i(n)]),
+    "conv_transpose2d": (lambda x, w: F.conv_transpose2d(x, w),
+                         lambda n: [_r(n, 2, 4, 4), _r(2, 3, 3, 3, seed=1)]),
+    "polygamma_isinf_int": (lambda x, i: (torch.polygamma(1, x.abs() + 1), torch.isinf(i)),
+                            lambda n: [_r(n, 3), _i(n)]),
+    "norms_and_float_correction": (lambda x: (F.group_norm(x, 2), torch.std_mean(x, 1)[0],
+                                              F.instance_norm(x),
+                                              torch.var(x, 1, correction=0.5)),
+                                   lambda n: [_r(n, 4, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPS_ON_SYMBOLIC_SIZES))
+def test_op_on_symbolic_sizes_equals_eager(name):
+    fn, inputs = OPS_ON_SYMBOLIC_SIZES[name]
+    compiled = _dynamic(fn)
+    for n in (3, 4, 5):
+        got, want = compiled(*inputs(n)), fn(*inputs(n))
+        got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+        for g, w in zip(got, want):
+            assert g.shape == w.shape, (n, g.shape, w.shape)
+            torch.testing.assert_close(g, w, equal_nan=True)
