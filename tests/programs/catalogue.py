@@ -466,11 +466,11 @@ def dynamic_mutation_of_input_slice(x):
     return x[:, half:] + 1
 
 
-
 @program(lambda n: [randn(3, 3, n=n) + 4 * torch.eye(3)])
 def linalg_inverse_and_solve(a):
     """linalg's error checks travel as effect tokens (a graph input returned as an output)."""
     return torch.linalg.inv(a), torch.linalg.solve(a, a[:, :1])
 
 
+import catalogue_dynamic  # noqa: E402,F401  (registers the dynamic-size programs, issue 44)
 PROGRAM_NAMES = [p.name for p in PROGRAMS]

@@ -219,6 +219,10 @@ class GraphBuilder:
     def const(self, value: Any, dtype: Optional[torch.dtype] = None,
               name: Optional[str] = None) -> TensorRef:
         """A constant from a tensor, a Python number or a (nested) list of numbers."""
+        if isinstance(value, TensorRef) or (isinstance(value, (list, tuple)) and any(
+                isinstance(v, TensorRef) for v in value)):
+            raise GeBuildError(f"a Const of {value!r}: a value the graph computes is not a "
+                               "constant (pass it as a tensor input, or Pack the list)")
         t = value.detach() if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=dtype)
         if dtype is not None and t.dtype != dtype:
             t = t.to(dtype)

@@ -8,12 +8,28 @@ from .kernels import kernel, ints
 from .opspec import GeRuntimeError, OpSpec
 
 
+def sizes(spec: OpSpec, values, what: str, inferred: int = 0) -> list:
+    """A size vector an op is given, checked as GE checks it: no negative entry except up to
+    ``inferred`` -1s (Reshape's one dim inferred from the others). A -1 anywhere else is a
+    symbolic size written as a constant (never a size: torch would read it as 'infer' or
+    overflow)."""
+    values = list(values)
+    bad = [v for v in values if v < -1] or ([] if sum(v == -1 for v in values) <= inferred
+                                            else [-1])
+    if bad:
+        raise GeRuntimeError(f"{spec.type} {spec.name!r}: {what} {values} holds {bad[0]} (at "
+                             f"most {inferred} -1 allowed): a symbolic size written as a "
+                             "constant; the converter must read it from the run-time shape")
+    return values
+
+
 @kernel("Reshape")
 def _reshape(spec: OpSpec):
     shape = spec.const_ints("shape")
     if shape is not None:
+        shape = sizes(spec, shape, "shape", 1)
         return lambda x, _s: x.reshape(shape)
-    return lambda x, s: x.reshape(ints(s))
+    return lambda x, s: x.reshape(sizes(spec, ints(s), "shape", 1))
 
 
 @kernel("Transpose")
@@ -45,8 +61,9 @@ def _squeeze(spec: OpSpec):
 def _broadcast_to(spec: OpSpec):
     shape = spec.const_ints("shape")
     if shape is not None:
+        shape = sizes(spec, shape, "shape")
         return lambda x, _s: x.expand(shape)
-    return lambda x, s: x.expand(ints(s))
+    return lambda x, s: x.expand(sizes(spec, ints(s), "shape"))
 
 
 @kernel("ConcatV2")
@@ -140,9 +157,9 @@ def _index(spec: OpSpec):
 def _fill(spec: OpSpec):
     dims = spec.const_ints("dims")
     if dims is not None:
-        shape = dims if spec.outputs[0][1] != () else ()
+        shape = sizes(spec, dims, "dims") if spec.outputs[0][1] != () else ()
         return lambda _d, value: value.reshape(()).expand(shape).clone()
-    return lambda d, value: value.reshape(()).expand(ints(d)).clone()
+    return lambda d, value: value.reshape(()).expand(sizes(spec, ints(d), "dims")).clone()
 
 
 @kernel("Range")

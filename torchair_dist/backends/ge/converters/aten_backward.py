@@ -17,10 +17,23 @@ from .registry import register
 aten = torch.ops.aten
 
 
-def _nchw(cx, t, what: str) -> None:
-    if len(t.shape) != 4 or any(d < 0 for d in t.shape):
+def _nchw(cx, t, what: str, symbolic: bool = False) -> None:
+    if len(t.shape) != 4 or (not symbolic and any(d < 0 for d in t.shape)):
         raise UnsupportedOpError(f"%{cx.node.name}: {cx.node.target} of a {what} of shape "
-                                 f"{tuple(t.shape)}: lowered for static 4-D (NCHW) tensors only")
+                                 f"{tuple(t.shape)}: lowered for "
+                                 f"{'' if symbolic else 'static '}4-D (NCHW) tensors only")
+
+
+def _shape_i32(cx, t):
+    """The run-time shape of ``t`` as int32 (a Const when static): GE's gradient ops take the
+    shape they restore as a tensor."""
+    return cx.cast(cx.shape_of(t), torch.int32)
+
+
+def _attr_ints(cx, values, i: int, what: str, n: int = 2) -> list:
+    """An int-list argument GE takes as an attribute (symbolic entries fixed by a guard)."""
+    fx = cx.node.args
+    return spatial_list(cx.static_ints(values, fx[i] if len(fx) > i else None, what), n)
 
 
 def _work(x):
@@ -28,27 +41,32 @@ def _work(x):
 
 
 @register([aten.convolution_backward.default],
-          ["Conv2DBackpropInput", "Conv2DBackpropFilter", "ReduceSum", "Cast", "Const"])
+          ["Conv2DBackpropInput", "Conv2DBackpropFilter", "ReduceSum", "Cast", "Const",
+           "Shape"])
 def _convolution_backward(cx, grad, x, weight, bias_sizes, stride, padding, dilation, transposed,
                           output_padding, groups, output_mask):
-    _nchw(cx, x, "input")
+    """2-D: the input's and filter's gradients from their (run-time) shapes; stride, padding,
+    dilation and groups are attributes (symbolic ones fixed by a guard)."""
+    _nchw(cx, x, "input", symbolic=True)
     if transposed:
         raise UnsupportedOpError(f"%{cx.node.name}: convolution_backward of a transposed "
                                  "convolution has no GE lowering (forward ones do)")
-    stride, padding, dilation = (spatial_list(v, 2) for v in (stride, padding, dilation))
+    stride, padding, dilation = (_attr_ints(cx, v, i, what) for v, i, what in (
+        (stride, 4, "stride"), (padding, 5, "padding"), (dilation, 6, "dilation")))
+    groups = cx.static_int(groups, cx.node.args[9] if len(cx.node.args) > 9 else None, "groups")
     attrs = {"strides": [1, 1, *stride], "pads": [q for q in padding for _ in (0, 1)],
-             "dilations": [1, 1, *dilation], "groups": int(groups), "data_format": "NCHW"}
+             "dilations": [1, 1, *dilation], "groups": groups, "data_format": "NCHW"}
     work = _work(x)
     g, xw, w = cx.cast(grad, work), cx.cast(x, work), cx.cast(weight, work)
     outs = [None, None, None]
     if output_mask[0]:
-        y = cx.emit1("Conv2DBackpropInput", [("input_size", cx.const(list(x.shape), torch.int32)),
+        y = cx.emit1("Conv2DBackpropInput", [("input_size", _shape_i32(cx, x)),
                                              ("filter", w), ("out_backprop", g)], attrs,
                      (work, tuple(x.shape)))
         outs[0] = cx.cast(y, x.dtype)
     if output_mask[1]:
         y = cx.emit1("Conv2DBackpropFilter", [("x", xw),
-                                              ("filter_size", cx.const(list(weight.shape), torch.int32)),
+                                              ("filter_size", _shape_i32(cx, weight)),
                                               ("out_backprop", g)], attrs, (work, tuple(weight.shape)))
         outs[1] = cx.cast(y, weight.dtype)
     if output_mask[2]:
@@ -58,18 +76,20 @@ def _convolution_backward(cx, grad, x, weight, bias_sizes, stride, padding, dila
     return outs
 
 
-@register([aten.avg_pool2d_backward.default], ["AvgPoolV2Grad", "Cast", "Const"])
+@register([aten.avg_pool2d_backward.default], ["AvgPoolV2Grad", "Cast", "Const", "Shape"])
 def _avg_pool2d_backward(cx, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                          divisor_override=None):
-    _nchw(cx, x, "input")
-    kernel = spatial_list(kernel_size, 2)
-    stride = spatial_list(stride or kernel, 2)
-    padding = spatial_list(padding, 2)
+    """GE's AvgPoolV2Grad from the input's (run-time) shape; window, stride and padding are
+    attributes (symbolic ones fixed by a guard)."""
+    _nchw(cx, x, "input", symbolic=True)
+    kernel = _attr_ints(cx, kernel_size, 2, "kernel_size")
+    stride = _attr_ints(cx, stride, 3, "stride") if stride else kernel
+    padding = _attr_ints(cx, padding, 4, "padding")
     attrs = {"ksize": [1, 1, *kernel], "strides": [1, 1, *stride],
              "pads": [q for q in padding for _ in (0, 1)], "padding_mode": "CALCULATED",
              "data_format": "NCHW", "ceil_mode": bool(ceil_mode),
              "exclusive": not count_include_pad, "divisor_override": int(divisor_override or 0)}
-    y = cx.emit1("AvgPoolV2Grad", [("orig_input_shape", cx.const(list(x.shape), torch.int32)),
+    y = cx.emit1("AvgPoolV2Grad", [("orig_input_shape", _shape_i32(cx, x)),
                                    ("input_grad", grad)], attrs, port="out_grad")
     return cx.cast(y, cx.out_dtype)
 

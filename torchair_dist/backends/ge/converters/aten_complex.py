@@ -115,7 +115,8 @@ def _require_complex(cx, x):
                                  "GE's FFT ops take complex64/complex128")
 
 
-_SIZE_OPS = ["Shape", "Real", "GatherV2", "Mul", "Cast", "Pow", "Pack", "Const"]
+_SIZE_OPS = ["Shape", "Real", "GatherV2", "Mul", "Cast", "Pow", "Pack", "Add", "FloorDiv",
+             "Const"]
 
 
 @register([aten._fft_c2c.default], ["Transpose", "FFT", "IFFT", "Real", "Imag", "Complex",
@@ -138,8 +139,8 @@ def _fft_r2c(cx, x, dim, normalization, onesided):
     others (half the work of a complex FFT per dim); a two-sided result gets its other half
     from the Hermitian symmetry X[k] = conj(X[-k]). A float64 signal (GE's RFFT takes float32)
     is made complex (zero imaginary part) and transformed with a full FFT per dim, cut to the
-    first n//2+1 bins for ``onesided``; so is a two-sided transform over a dim of symbolic
-    length (its Hermitian half needs the length).
+    first n//2+1 bins for ``onesided`` (n read at run time where it is symbolic); so is a
+    two-sided transform over a dim of symbolic length (its Hermitian half needs the length).
 
     GE registers 1-D and 2-D transforms only, so an n-D FFT is a sequence of them; it is as
     accurate as eager's (16^3 float32 ``fftn``: 2.25e-5 from the float64 result, eager 2.24e-5)
@@ -157,20 +158,25 @@ def _fft_r2c(cx, x, dim, normalization, onesided):
     for d in dim:
         z = _along(cx, z, d, "FFT")
     z = _scale(cx, z, _norm_scale(cx, x, dim, normalization))
-    if onesided:
-        if x.shape[last] < 0:
-            raise UnsupportedOpError(
-                f"%{cx.node.name}: a one-sided _fft_r2c of a float64 signal whose last "
-                f"transformed dim has a symbolic length; use float32 or a static length")
-        keep = x.shape[last] // 2 + 1
-        begin = [0] * rank
-        end = list(x.shape)
-        end[last] = keep
-        z = cx.emit1("StridedSlice", [("x", z), ("begin", cx.const(begin, torch.int64)),
-                                      ("end", cx.const(end, torch.int64)),
-                                      ("strides", cx.const([1] * rank, torch.int64))],
-                     desc=(z.dtype, tuple(end)))
-    return z
+    if not onesided:
+        return z
+    size = x.shape[last]
+    if size >= 0:
+        keep = size // 2 + 1
+    else:  # a symbolic length: n // 2 + 1 from the run-time shape
+        i64 = torch.int64
+        keep = cx.emit1("Add", [("x1", cx.emit1("FloorDiv", [
+            ("x1", cx.dim(x, last)), ("x2", cx.const(2, i64))], None, (i64, ()))),
+            ("x2", cx.const(1, i64))], None, (i64, ()))
+    end = [0] * rank
+    end[last] = keep
+    out_shape = tuple((keep if isinstance(keep, int) else -1) if i == last else d
+                      for i, d in enumerate(x.shape))
+    others = sum(1 << i for i in range(rank) if i != last)
+    return cx.emit1("StridedSlice", [("x", z), ("begin", cx.const([0] * rank, torch.int64)),
+                                     ("end", cx.int_list(end)),
+                                     ("strides", cx.const([1] * rank, torch.int64))],
+                    {"begin_mask": others, "end_mask": others}, desc=(z.dtype, out_shape))
 
 
 def _r2c_by_rfft(cx, x, dim, normalization, onesided):
@@ -228,12 +234,9 @@ def _fft_c2r(cx, x, dim, normalization, last_dim_size):
         y = cx.emit1("IRFFT", [("x", y), ("fft_length", cx.int_list([last_dim_size],
                                                                     torch.int32))],
                      desc=(torch.float32, tuple(y.shape[:-1]) + (-1 if n is None else n,)))
-    elif n is None:
-        raise UnsupportedOpError(
-            f"%{cx.node.name}: _fft_c2r of a complex128 spectrum to a symbolic length (GE's "
-            f"IRFFT takes complex64 only, and the Hermitian rebuild needs the length); use "
-            f"complex64 or a static length")
-    else:
+    else:  # GE's IRFFT takes complex64 only; the Hermitian rebuild needs the length
+        n = cx.static_int(last_dim_size, cx.node.args[3] if len(cx.node.args) > 3 else None,
+                          "last_dim_size")
         y = _hermitian_inverse(cx, y, n)
     y = _back(cx, y, perm)
     factor = _norm_scale(cx, x, dim[:-1], normalization, times_n=True, extra=[last_dim_size])
@@ -280,7 +283,8 @@ def _conj(cx, x):
     return cx.emit1("Conj", [("input", x)], port="output")
 
 
-@register([aten.angle.default], ["Angle", "Less", "IsNan", "SelectV2", "Fill", "Cast", "Const"])
+@register([aten.angle.default], ["Angle", "Less", "IsNan", "SelectV2", "Fill", "Cast", "Const",
+                                 "Shape"])
 def _angle(cx, x):
     """Complex: GE's Angle. Real: pi where x < 0, else 0; NaN stays NaN (torch's rule);
     integer inputs give float32."""
@@ -291,7 +295,7 @@ def _angle(cx, x):
     v = cx.cast(x, dtype)
     zero = cx.const(0, dtype)
     neg = cx.emit1("Less", [("x1", v), ("x2", zero)], desc=(torch.bool, shape))
-    fill = lambda value: cx.emit1("Fill", [("dims", cx.const(list(shape), torch.int64)),  # noqa: E731
+    fill = lambda value: cx.emit1("Fill", [("dims", cx.shape_of(x)),  # noqa: E731
                                            ("value", cx.const(value, dtype))], desc=(dtype, shape))
     y = cx.emit1("SelectV2", [("condition", neg), ("then", fill(math.pi)),
                               ("else", fill(0.0))], desc=(dtype, shape), port="result")

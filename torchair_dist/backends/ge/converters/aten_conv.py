@@ -47,8 +47,12 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
                                  "lowering (1-D, 2-D and 3-D do)")
     dtype, shape = cx.out()
     n = rank - 2  # torch broadcasts a one-element stride/padding/dilation to every dim
-    stride, padding, dilation = (spatial_list(v, n) for v in (stride, padding, dilation))
-    output_padding = spatial_list(output_padding or [0], n)
+    fx = cx.node.args  # GE takes these as attributes: symbolic ones are fixed by a guard
+    stride, padding, dilation, output_padding = (
+        spatial_list(cx.static_ints(v, fx[i] if len(fx) > i else None, name), n)
+        for i, v, name in ((3, stride, "stride"), (4, padding, "padding"), (5, dilation, "dilation"),
+                           (7, output_padding or [0], "output_padding")))
+    groups = cx.static_int(groups, fx[8] if len(fx) > 8 else None, "groups")
     weight = cx.cast(weight, x.dtype)
     out = tuple(shape)
     if rank == 3:
@@ -57,6 +61,16 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
         output_padding = [0, *output_padding]
         out = (shape[0], shape[1], 1, shape[2])
     spatial = len(out) - 2
+    if (transposed or spatial == 3) and x.dtype != torch.float16 and any(
+            d < 0 for d in tuple(x.shape) + tuple(weight.shape) + out):
+        # these lowerings unroll over static sizes: symbolic ones are fixed by guards
+        if rank == 3:
+            raise UnsupportedOpError(f"%{cx.node.name}: a transposed 1-D convolution with "
+                                     "symbolic sizes: not lowered; mark the sizes static")
+        x = cx.static_shape(x, fx[0], "input")
+        weight = cx.static_shape(weight, fx[1], "weight")
+        out = shape = tuple(cx.static_int(d, v, "output size")
+                            for d, v in zip(shape, cx.val.shape))
     if (transposed or spatial == 3) and x.dtype != torch.float16:
         # the registry's Conv3D / Conv*Transpose take float16 only: wider types through Conv2D
         if x.dtype == torch.float64:

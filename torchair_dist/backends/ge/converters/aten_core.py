@@ -75,14 +75,14 @@ def _xor(cx, a, b):
 def _is(ge_type: str):
     def conv(cx, x):
         if not x.dtype.is_floating_point:  # integers are never NaN/inf
-            return cx.emit1("Fill", [("dims", cx.const(list(x.shape), torch.int64)),
+            return cx.emit1("Fill", [("dims", cx.shape_of(x)),
                                      ("value", cx.const(False))])
         return cx.emit1(ge_type, [("x", cx.cast(x, cx.work_dtype(ge_type, x.dtype)))])
     return conv
 
 
-register([aten.isnan.default], ["IsNan", "Fill", "Cast", "Const"])(_is("IsNan"))
-register([aten.isinf.default], ["IsInf", "Fill", "Cast", "Const"])(_is("IsInf"))
+register([aten.isnan.default], ["IsNan", "Fill", "Cast", "Const", "Shape"])(_is("IsNan"))
+register([aten.isinf.default], ["IsInf", "Fill", "Cast", "Const", "Shape"])(_is("IsInf"))
 
 
 # -- prims twins of ops that already have an aten converter -----------------------------------
@@ -175,7 +175,7 @@ def _prod(cx, x, dims=None, keepdim=False, *, dtype=None, output_dtype=None):
 
 
 @register([prims.var.default], ["ReduceMean", "ReduceSum", "Sub", "Mul", "RealDiv", "Cast",
-                                "Const"])
+                                "Const", "ReduceProd", "GatherV2", "Shape", "Maximum"])
 def _prims_var(cx, x, dims, correction=1, *, output_dtype=None):
     """sum((x - mean)^2) / max(N - correction, 0) over ``dims`` (N: their element count)."""
     dtype = cx.out_dtype
@@ -194,8 +194,19 @@ def _prims_var(cx, x, dims, correction=1, *, output_dtype=None):
     sq = cx.emit1("Mul", [("x1", dev), ("x2", dev)], desc=(dtype, x.shape))
     total = cx.emit1("ReduceSum", [("x", sq), ("axes", cx.const(axes, torch.int64))],
                      {"keep_dims": False}) if axes else sq
-    return cx.emit1("RealDiv", [("x1", total), ("x2", cx.const(float(max(n - correction, 0)),
-                                                               dtype))])
+    if n >= 0 and all(x.shape[a] >= 0 for a in axes) and not isinstance(correction, TensorRef):
+        div = cx.const(float(max(n - correction, 0)), dtype)
+    else:  # N read from the run-time shape (a symbolic dim is -1 in the descriptor)
+        f64 = torch.float64
+        count = cx.emit1("ReduceProd", [("x", cx.emit1(
+            "GatherV2", [("x", cx.shape_of(x)), ("indices", cx.const(axes, torch.int64)),
+                         ("axis", cx.const(0, torch.int64))], None, (torch.int64, (len(axes),)))),
+            ("axes", cx.const([0], torch.int64))], {"keep_dims": False}, (torch.int64, ()))
+        count = cx.emit1("Sub", [("x1", cx.cast(count, f64)), ("x2", cx.tensor(correction, f64))],
+                         None, (f64, ()))
+        count = cx.emit1("Maximum", [("x1", count), ("x2", cx.const(0.0, f64))], None, (f64, ()))
+        div = cx.cast(count, dtype)
+    return cx.emit1("RealDiv", [("x1", total), ("x2", div)])
 
 
 @register([aten.cumprod.default], ["Cumprod", "Cast", "Const"])
@@ -245,31 +256,50 @@ def _dense(shape, stride) -> bool:
     return True
 
 
+def _contiguous(shape, stride) -> bool:
+    """Row-major (dims of size 1 may have any stride), as ``Tensor.is_contiguous``."""
+    expected = 1
+    for d in reversed(range(len(shape))):
+        if shape[d] != 1 and stride[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
+
+
 @register([aten.as_strided.default, aten.as_strided_copy.default], ["GatherV2", "Reshape",
                                                                       "Transpose", "Const", "Cast"])
 def _as_strided(cx, x, size, stride, storage_offset=None):
     """A view with explicit strides: GatherV2 of the input's elements in STORAGE order (eager's
-    as_strided reads the storage) at the (Const) linear offsets; static shapes only. A
+    as_strided reads the storage) at the (Const) linear offsets; symbolic sizes, strides and
+    offsets are fixed by guards (another value recompiles). A
     non-contiguous input whose elements fill their storage span (a transpose, a permute) is
     first permuted into storage order; one with gaps (a slice) is refused: the elements
     between its own are not in the graph."""
     from ....errors import UnsupportedOpError
 
-    src = cx.node.args[0].meta.get("val")
-    if (any(d < 0 for d in x.shape) or not all(isinstance(s, int) for s in [*size, *stride])
-            or src is None or not all(isinstance(s, int) for s in src.stride())):
-        raise UnsupportedOpError(f"%{cx.node.name}: as_strided has a GE lowering only for an "
-                                 "input of static shape and strides")
-    if not src.is_contiguous():
-        if not _dense(src.shape, src.stride()):
+    fx = cx.node.args
+    src = fx[0].meta.get("val")
+    if src is None:
+        raise UnsupportedOpError(f"%{cx.node.name}: as_strided of a value with no fake tensor")
+    # the offsets are computed here: symbolic sizes, strides and offset are fixed by guards
+    x = cx.static_shape(x, fx[0], "input")
+    size = cx.static_ints(list(size), fx[1], "size")
+    stride = cx.static_ints(list(stride), fx[2], "stride")
+    if storage_offset is not None:
+        storage_offset = cx.static_int(storage_offset, fx[3] if len(fx) > 3 else
+                                       cx.node.kwargs.get("storage_offset"), "storage_offset")
+    src_stride = cx.static_ints(list(src.stride()), list(src.stride()), "input stride")
+    src_shape = list(x.shape)
+    if not _contiguous(src_shape, src_stride):
+        if not _dense(src_shape, src_stride):
             raise UnsupportedOpError(
                 f"%{cx.node.name}: as_strided of an input with gaps in its storage (strides "
-                f"{tuple(src.stride())} for shape {tuple(src.shape)}): eager reads the storage "
+                f"{tuple(src_stride)} for shape {tuple(src_shape)}): eager reads the storage "
                 "between its elements, which the GE graph does not have (clone the input first)")
-        perm = sorted(range(src.dim()), key=lambda d: (-src.stride(d), d))
+        perm = sorted(range(src.dim()), key=lambda d: (-src_stride[d], d))
         x = cx.emit1("Transpose", [("x", x), ("perm", cx.const(perm, torch.int64))],
                      desc=(x.dtype, tuple(x.shape[d] for d in perm)))
-    base = int(src.storage_offset())
+    base = cx.static_int(src.storage_offset(), src.storage_offset(), "input storage offset")
     offset = int(storage_offset if storage_offset is not None else base) - base
     index = torch.full(tuple(size), offset, dtype=torch.int64)
     for d, (n, s) in enumerate(zip(size, stride)):
@@ -293,7 +323,7 @@ def _as_strided(cx, x, size, stride, storage_offset=None):
 
 @register([aten.scatter_add.default, aten.scatter_reduce.two],
           ["ScatterElements", "Fill", "RealDiv", "FloorDiv", "Equal", "SelectV2", "Cast",
-           "Const"])
+           "Const", "Shape"])
 def _scatter_reduce(cx, x, dim, index, src, reduce="sum", *, include_self=True):
     """ScatterElements with a reduction (ONNX semantics: reduces into the existing values)."""
     from .aten_order import scatter_reduce_value
@@ -303,7 +333,7 @@ def _scatter_reduce(cx, x, dim, index, src, reduce="sum", *, include_self=True):
 
 
 @register([aten.scatter.reduce, aten.scatter.value_reduce],
-          ["ScatterElements", "Fill", "Cast", "Const"])
+          ["ScatterElements", "Fill", "Cast", "Const", "Shape"])
 def _scatter_legacy_reduce(cx, x, dim, index, src, *, reduce):
     """scatter(..., reduce="add"/"multiply"): scatter_reduce sum/prod including self; a scalar
     ``src`` is filled to the index's shape."""
@@ -315,7 +345,7 @@ def _scatter_legacy_reduce(cx, x, dim, index, src, *, reduce):
     from .aten_order import scatter_reduce_value
 
     if not isinstance(src, TensorRef):
-        src = cx.emit1("Fill", [("dims", cx.const(list(index.shape), torch.int64)),
+        src = cx.emit1("Fill", [("dims", cx.shape_of(index)),
                                 ("value", cx.const(src, x.dtype))], desc=(x.dtype, index.shape))
     return scatter_reduce_value(cx, x, dim % max(len(x.shape), 1), index, cx.cast(src, x.dtype),
                                 {"add": "sum", "multiply": "prod"}[reduce], True)

@@ -21,11 +21,12 @@ def _eye(cx, n, m=None, **_):
 
 
 @register([aten.empty_permuted.default, torch.ops.prims.empty_strided.default],
-          ["Fill", "Const"])
-def _empty(cx, *args, **kwargs):
-    """Uninitialised memory: any values are right; zeros are cheapest to state."""
+          ["Fill", "Const", "Pack", "Cast"])
+def _empty(cx, size, *args, **kwargs):
+    """Uninitialised memory: any values are right; zeros are cheapest to state. The sizes
+    are the node's own (symbolic ones computed in the graph)."""
     dtype, shape = cx.out()
-    return cx.emit1("Fill", [("dims", cx.const(list(shape), torch.int64)),
+    return cx.emit1("Fill", [("dims", cx.int_list(list(size))),
                              ("value", cx.const(0, dtype))])
 
 

@@ -143,7 +143,7 @@ def _abs(cx, x):
         real = cx.out_dtype
         return cx.emit1("ComplexAbs", [("x", x)], {"Tout": real}, (real, x.shape))
     return _real_abs(cx, x)
-@register([aten.silu.default], ["Swish", "Cast", "Neg", "Exp", "Add", "RealDiv", "Fill",
+@register([aten.silu.default], ["Swish", "Cast", "Neg", "Exp", "Add", "RealDiv", "Fill", "Shape",
                                  "Complex", "Const"])
 def _silu(cx, x):
     if x.dtype.is_complex:  # GE's Swish is real: x / (1 + exp(-x)) with complex Exp/Add/RealDiv
@@ -151,7 +151,7 @@ def _silu(cx, x):
 
         part = _REAL_OF[x.dtype]
         shape = tuple(x.shape)
-        fill = lambda v: cx.emit1("Fill", [("dims", cx.const(list(shape), torch.int64)),  # noqa: E731
+        fill = lambda v: cx.emit1("Fill", [("dims", cx.shape_of(x)),  # noqa: E731
                                            ("value", cx.const(v, part))], desc=(part, shape))
         one = cx.emit1("Complex", [("real", fill(1.0)), ("imag", fill(0.0))], {"Tout": x.dtype},
                        (x.dtype, shape), port="out")

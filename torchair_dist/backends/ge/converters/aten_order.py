@@ -21,6 +21,9 @@ prims = torch.ops.prims
 
 
 def _numel(shape) -> int:
+    """The element count of a descriptor shape; -1 when a dim is symbolic (-1)."""
+    if any(d < 0 for d in shape):
+        return -1
     return int(math.prod(shape)) if shape else 1
 
 
@@ -42,10 +45,10 @@ def _scatter_flat(cx, x, positions: torch.Tensor, src):
         flat = cx.emit1("ScatterElements", [("data", flat), ("indices", cx.const(pos)),
                                             ("updates", _flat(cx, cx.cast(src, dtype)))],
                         {"axis": 0, "reduction": "none"}, (dtype, flat.shape))
-    return cx.reshape(flat, list(shape), shape)
+    return cx.reshape(flat, cx.dims(x), shape)  # x's own shape (run-time where symbolic)
 
 
-_SCATTER = ["ScatterElements", "Reshape", "Cast", "Const"]
+_SCATTER = ["ScatterElements", "Reshape", "Cast", "Const", "Shape", "GatherV2", "Pack"]
 
 
 @register([aten.diagonal_scatter.default], _SCATTER)
@@ -57,12 +60,18 @@ def _diagonal_scatter(cx, x, src, offset=0, dim1=0, dim2=1):
 @register([aten.as_strided_scatter.default, prims.as_strided_scatter.default], _SCATTER)
 def _as_strided_scatter(cx, x, src, size, stride, storage_offset=0):
     """Positions in the storage of a contiguous ``x`` (what the graph's value of x is)."""
-    val = cx.node.args[0].meta.get("val")
+    fx = cx.node.args
+    val = fx[0].meta.get("val")
     if val is not None and not val.is_contiguous():
         raise UnsupportedOpError(f"%{cx.node.name}: as_strided_scatter into a non-contiguous "
                                  "tensor: its storage layout is not a GE tensor's")
-    where = torch.arange(_numel(x.shape)).as_strided(list(size), list(stride),
-                                                      int(storage_offset or 0))
+    # the positions are computed here: symbolic sizes, strides and offset are fixed by guards
+    x = cx.static_shape(x, fx[0], "input")
+    size = cx.static_ints(list(size), fx[2] if len(fx) > 2 else None, "size")
+    stride = cx.static_ints(list(stride), fx[3] if len(fx) > 3 else None, "stride")
+    offset = cx.static_int(storage_offset or 0, fx[4] if len(fx) > 4 else
+                           cx.node.kwargs.get("storage_offset"), "storage_offset")
+    where = torch.arange(_numel(x.shape)).as_strided(size, stride, offset)
     return _scatter_flat(cx, x, where, src)
 
 
@@ -89,7 +98,7 @@ def scatter_reduce_value(cx, x, axis, index, src, reduce, include_self):
             ident = -big if reduce == "amax" else big
             if dtype.is_floating_point:
                 ident = float("-inf") if reduce == "amax" else float("inf")
-        fill = cx.emit1("Fill", [("dims", cx.const(list(src.shape), torch.int64)),
+        fill = cx.emit1("Fill", [("dims", cx.shape_of(src)),
                                  ("value", cx.const(ident, dtype))], desc=(dtype, src.shape))
         x = cx.emit1("ScatterElements", [("data", x), ("indices", index), ("updates", fill)],
                      {"axis": axis, "reduction": "none"}, desc=(dtype, x.shape))
@@ -102,9 +111,9 @@ def scatter_mean(cx, x, axis, index, src, include_self):
     counts once when ``include_self``); places nothing is scattered to keep x; integers divide
     with floor (torch's rule)."""
     dtype, shape = x.dtype, tuple(x.shape)
-    ones_src = cx.emit1("Fill", [("dims", cx.const(list(src.shape), torch.int64)),
+    ones_src = cx.emit1("Fill", [("dims", cx.shape_of(src)),
                                  ("value", cx.const(1, dtype))], desc=(dtype, src.shape))
-    start = cx.emit1("Fill", [("dims", cx.const(list(shape), torch.int64)),
+    start = cx.emit1("Fill", [("dims", cx.shape_of(x)),
                               ("value", cx.const(1 if include_self else 0, dtype))],
                      desc=(dtype, shape))
     count = cx.emit1("ScatterElements", [("data", start), ("indices", index),
@@ -112,7 +121,7 @@ def scatter_mean(cx, x, axis, index, src, include_self):
                      {"axis": axis, "reduction": "add"}, (dtype, shape))
     base = x
     if not include_self:
-        zeros = cx.emit1("Fill", [("dims", cx.const(list(src.shape), torch.int64)),
+        zeros = cx.emit1("Fill", [("dims", cx.shape_of(src)),
                                   ("value", cx.const(0, dtype))], desc=(dtype, src.shape))
         base = cx.emit1("ScatterElements", [("data", x), ("indices", index), ("updates", zeros)],
                         {"axis": axis, "reduction": "none"}, (dtype, shape))
@@ -128,7 +137,7 @@ def scatter_mean(cx, x, axis, index, src, include_self):
 
 @register([aten.index_reduce.default], ["Reshape", "BroadcastTo", "ScatterElements", "Fill",
                                         "RealDiv", "FloorDiv", "Equal", "SelectV2", "Cast",
-                                        "Const"])
+                                        "Const", "Shape"])
 def _index_reduce(cx, x, dim, index, source, reduce, *, include_self=True):
     """index_reduce is scatter_reduce with the 1-D index broadcast along ``dim`` of source."""
     if not source.shape:  # a 0-d source/self: one place, scattered as a [1] tensor
@@ -142,8 +151,7 @@ def _index_reduce(cx, x, dim, index, source, reduce, *, include_self=True):
     view[d] = index.shape[0] if index.shape else 1
     idx = cx.reshape(cx.cast(index, torch.int64), view, tuple(view))
     if tuple(view) != tuple(source.shape):
-        idx = cx.emit1("BroadcastTo", [("x", idx), ("shape", cx.const(list(source.shape),
-                                                                        torch.int64))],
+        idx = cx.emit1("BroadcastTo", [("x", idx), ("shape", cx.shape_of(source))],
                        desc=(torch.int64, tuple(source.shape)))
     return scatter_reduce_value(cx, x, d, idx, source, reduce, include_self)
 
@@ -215,14 +223,16 @@ def _nanmedian(cx, x, dim, keepdim, with_index):
     i = cx.emit1("GatherElements", [("x", cx.cast(order, torch.int64)), ("index", k)],
                  {"dim": d}, (torch.int64, kept))
     out_shape = cx.out(0)[1] if with_index else cx.out()[1]
-    if tuple(out_shape) != kept:
-        v = cx.reshape(v, list(out_shape), out_shape)
-        i = cx.reshape(i, list(out_shape), out_shape)
+    if tuple(out_shape) != kept:  # keepdim=False: x's dims but d (run-time where symbolic)
+        dims = [v for j, v in enumerate(cx.dims(x)) if j != d]
+        v = cx.reshape(v, dims, out_shape)
+        i = cx.reshape(i, dims, out_shape)
     return [v, i] if with_index else v
 
 
 _MEDIAN = ["IsNan", "SelectV2", "Fill", "Sort", "LogicalNot", "ReduceSum", "Sub", "FloorDiv",
-           "Maximum", "GatherElements", "Equal", "Reshape", "Cast", "Const"]
+           "Maximum", "GatherElements", "Equal", "Reshape", "Cast", "Const", "Shape", "GatherV2",
+           "Pack"]
 
 
 @register([aten.nanmedian.default], _MEDIAN)
@@ -233,7 +243,10 @@ def _nanmedian_all(cx, x):
     if not x.dtype.is_floating_point:  # no NaN: the lower median
         from .aten_select import _kth
 
-        return cx.reshape(_kth(cx, flat, (flat.shape[0] - 1) // 2, 0, True, False), [], ())
+        from .aten_select import lower_median_index
+
+        k = lower_median_index(cx, flat, 0)
+        return cx.reshape(_kth(cx, flat, k, 0, True, False), [], ())
     return _nanmedian(cx, flat, 0, False, False)
 
 
@@ -252,42 +265,52 @@ def _nanmedian_dim(cx, x, dim=0, keepdim=False):
     if not x.dtype.is_floating_point:
         from .aten_select import _kth
 
-        n = x.shape[dim % len(x.shape)] if x.shape else 1
-        return _kth(cx, x, (n - 1) // 2, dim, keepdim, True)
+        from .aten_select import lower_median_index
+
+        k = lower_median_index(cx, x, dim % max(len(x.shape), 1))
+        return _kth(cx, x, k, dim, keepdim, True)
     return _nanmedian(cx, x, dim, keepdim, True)
 
 
 # -- writes at positions computed from values ----------------------------------------------------
 @register([aten.put.default], ["Reshape", "Cast", "Less", "Add", "SelectV2", "ScatterElements",
-                               "Const"])
+                               "Const", "ReduceProd", "Shape", "GatherV2", "Pack"])
 def _put(cx, x, index, source, accumulate=False):
     """x.flatten() with source written (or added) at ``index`` (negative counts from the end),
     one ScatterElements."""
     dtype, shape = cx.out()
     n = _numel(x.shape)
+    if n < 0:  # the element count a negative index counts back from, at run time
+        n = cx.emit1("ReduceProd", [("x", cx.shape_of(x)), ("axes", cx.const([0], torch.int64))],
+                     {"keep_dims": False}, (torch.int64, ()))
     flat = _flat(cx, cx.cast(x, dtype))
     idx = _flat(cx, cx.cast(index, torch.int64))
     if not idx.shape[0]:
-        return cx.reshape(flat, list(shape), shape)
+        return cx.reshape(flat, cx.dims(x), shape)
     e = Ew(cx, torch.int64, idx.shape)
     idx = e.where(e.less(idx, 0), e.add(idx, n), idx)
     y = cx.emit1("ScatterElements", [("data", flat), ("indices", idx),
                                      ("updates", _flat(cx, cx.cast(source, dtype)))],
                  {"axis": 0, "reduction": "add" if accumulate else "none"}, (dtype, flat.shape))
-    return cx.reshape(y, list(shape), shape)
+    return cx.reshape(y, cx.dims(x), shape)
 
 
 @register([aten.masked_scatter.default], ["BroadcastTo", "Reshape", "Cast", "Cumsum", "Sub",
-                                          "Maximum", "GatherV2", "SelectV2", "Const"])
+                                          "Maximum", "GatherV2", "SelectV2", "Const", "Shape"])
 def _masked_scatter(cx, x, mask, source):
     """out[i] = source[k] at the k-th True of the mask (in row-major order), else x[i]: the
     rank k is a running count of the mask; a mask with more Trues than source has elements
     gathers out of range (torch raises too)."""
     dtype, shape = cx.out()
     n = _numel(shape)
+    like = x if tuple(x.shape) == tuple(shape) else mask if tuple(mask.shape) == tuple(shape) \
+        else None
+    if like is None and n < 0:
+        raise UnsupportedOpError(f"%{cx.node.name}: masked_scatter of {tuple(x.shape)} and mask "
+                                 f"{tuple(mask.shape)} broadcast to a symbolic shape: not lowered")
     if tuple(mask.shape) != tuple(shape):
-        mask = cx.emit1("BroadcastTo", [("x", mask), ("shape", cx.const(list(shape),
-                                                                          torch.int64))],
+        mask = cx.emit1("BroadcastTo", [("x", mask), ("shape", cx.shape_of(like) if like is not None
+                                                      else cx.const(list(shape), torch.int64))],
                         desc=(torch.bool, tuple(shape)))
     m = _flat(cx, mask)
     e = Ew(cx, torch.int64, (n,))
@@ -301,7 +324,7 @@ def _masked_scatter(cx, x, mask, source):
     y = cx.emit1("SelectV2", [("condition", m), ("then", picked),
                               ("else", _flat(cx, cx.cast(x, dtype)))], desc=(dtype, (n,)),
                  port="result")
-    return cx.reshape(y, list(shape), shape)
+    return cx.reshape(y, cx.dims(like) if like is not None else list(shape), shape)
 
 
 @register([aten.nonzero_static.default], ["NotEqual", "Reshape", "Cast", "Cumsum", "Sub",
@@ -357,6 +380,9 @@ def _mode(cx, x, dim=-1, keepdim=False):
     (vdt, vshape), (idt, ishape) = cx.out(0), cx.out(1)
     if not x.shape:
         return [x, cx.const(0, torch.int64)]
+    if any(v < 0 for v in x.shape):  # the lowering unrolls over sizes: fixed by guards
+        x = cx.static_shape(x, cx.node.args[0], "input")
+        vshape = ishape = tuple(cx.static_int(-1, v, "output size") for v in cx.val[0].shape)
     rank = len(x.shape)
     d = dim % rank
     if d != rank - 1:

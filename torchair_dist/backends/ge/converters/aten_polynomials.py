@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from ....errors import UnsupportedOpError
 from .registry import register
 from .series import EMITS, Ew
 
@@ -98,6 +99,20 @@ def chebyshev(e, x, n_raw, kind: str):
     return e.where(e.less(n, 0.0), 0.0, y)
 
 
+def _to_shape(cx, e, v, other, shape):
+    """``v`` broadcast to the output shape: a Fill of static dims, or (symbolic) the run-time
+    shape of ``other`` when that one has the output's shape."""
+    if tuple(getattr(v, "shape", ())) == tuple(shape):
+        return v
+    if all(d >= 0 for d in shape):
+        return e.add(v, e.full(0.0))
+    if tuple(getattr(other, "shape", ())) != tuple(shape):
+        raise UnsupportedOpError(f"%{cx.node.name}: {cx.node.target} whose operands both "
+                                 f"broadcast to the symbolic shape {tuple(shape)}: not lowered")
+    return cx.emit1("BroadcastTo", [("x", e.t(v)), ("shape", cx.shape_of(other))],
+                    desc=(e.dtype, tuple(shape)))
+
+
 def _converter(kind: str, shifted: bool):
     def conv(cx, x, n):
         dtype, shape = cx.out()
@@ -105,10 +120,7 @@ def _converter(kind: str, shifted: bool):
         e = Ew(cx, work, shape)
         xv, nv = cx.cast(x, work) if hasattr(x, "dtype") else e.t(x), \
             cx.cast(n, work) if hasattr(n, "dtype") else e.t(n)
-        if tuple(getattr(xv, "shape", ())) != tuple(shape):
-            xv = e.add(xv, e.full(0.0))  # broadcast to the output shape
-        if tuple(getattr(nv, "shape", ())) != tuple(shape):
-            nv = e.add(nv, e.full(0.0))
+        xv, nv = _to_shape(cx, e, xv, nv, shape), _to_shape(cx, e, nv, xv, shape)
         if shifted:
             xv = e.sub(e.add(xv, xv), 1.0)
         return cx.cast(chebyshev(e, xv, nv, kind), dtype)
@@ -121,4 +133,4 @@ for _kind in "tuvw":
                  else "special_chebyshev_polynomial_") + _kind
         _packet = getattr(aten, _name)
         register([_packet.default, _packet.x_scalar, _packet.n_scalar],
-                 EMITS)(_converter(_kind.upper(), _shifted))
+                 [*EMITS, "BroadcastTo", "Shape"])(_converter(_kind.upper(), _shifted))

@@ -153,7 +153,10 @@ def register_transformers_ops() -> None:
 register_transformers_ops()
 
 
-def _kth(cx, x, k: int, dim: int, keepdim: bool, with_index: bool):
+_KTH = ["Sort", "GatherElements", "Reshape", "Cast", "Const", "Fill", "Pack", "Shape", "GatherV2", "Sub", "FloorDiv"]
+
+
+def _kth(cx, x, k, dim: int, keepdim: bool, with_index: bool):
     """The k-th smallest (0-based) along ``dim``: a stable ascending Sort and a gather."""
     rank = len(x.shape)
     if with_index and not x.dtype.is_floating_point:
@@ -171,14 +174,32 @@ def _kth(cx, x, k: int, dim: int, keepdim: bool, with_index: bool):
     values, idx = cx.emit("Sort", [("x", x)], {"axis": d, "descending": False, "stable": True},
                           [("y1", (x.dtype, x.shape)), ("y2", (torch.int32, x.shape))])
     kept = tuple(1 if i == d else s for i, s in enumerate(x.shape))
-    pick = cx.const(torch.full(kept, k, dtype=torch.int64))
+    if all(v >= 0 for v in kept) and isinstance(k, int):
+        pick = cx.const(torch.full(kept, k, dtype=torch.int64))
+    else:  # a symbolic shape or k: filled at run time
+        dims = [1 if i == d else v for i, v in enumerate(cx.dims(x))]
+        pick = cx.emit1("Fill", [("dims", cx.int_list(dims)), ("value", cx.tensor(k, torch.int64))],
+                        None, (torch.int64, kept))
     v = cx.emit1("GatherElements", [("x", values), ("index", pick)], {"dim": d}, (x.dtype, kept))
     i = cx.emit1("GatherElements", [("x", cx.cast(idx, torch.int64)), ("index", pick)],
                  {"dim": d}, (torch.int64, kept))
     if not keepdim:
-        v = cx.reshape(v, list(vshape), vshape)
-        i = cx.reshape(i, list(vshape), vshape)
+        dims = [v for j, v in enumerate(cx.dims(x)) if j != d]
+        v = cx.reshape(v, dims, vshape)
+        i = cx.reshape(i, dims, vshape)
     return [cx.cast(v, vdt), i] if with_index else cx.cast(v, vdt)
+
+
+def lower_median_index(cx, x, d: int):
+    """(n - 1) // 2 for n = x's length along ``d``: an int, or computed from the run-time
+    shape when the length is symbolic."""
+    n = x.shape[d] if x.shape else 1
+    if n >= 0:
+        return (n - 1) // 2
+    i64 = torch.int64
+    m1 = cx.emit1("Sub", [("x1", cx.tensor(cx.dim(x, d), i64)), ("x2", cx.const(1, i64))], None,
+                  (i64, ()))
+    return cx.emit1("FloorDiv", [("x1", m1), ("x2", cx.const(2, i64))], None, (i64, ()))
 
 
 @register([aten.median.default], ["Sort", "GatherElements", "Reshape", "Cast", "Const"])
@@ -193,13 +214,12 @@ def _median_all(cx, x):
     return _kth(cx, flat, (n - 1) // 2, 0, False, False)
 
 
-@register([aten.median.dim], ["Sort", "GatherElements", "Reshape", "Cast", "Const"])
+@register([aten.median.dim], _KTH)
 def _median_dim(cx, x, dim, keepdim=False):
-    n = x.shape[dim % len(x.shape)] if x.shape else 1
-    return _kth(cx, x, (n - 1) // 2, dim, keepdim, True)
+    return _kth(cx, x, lower_median_index(cx, x, dim % max(len(x.shape), 1)), dim, keepdim, True)
 
 
-@register([aten.kthvalue.default], ["Sort", "GatherElements", "Reshape", "Cast", "Const"])
+@register([aten.kthvalue.default], _KTH)
 def _kthvalue(cx, x, k, dim=-1, keepdim=False):
     return _kth(cx, x, k - 1, dim, keepdim, True)
 

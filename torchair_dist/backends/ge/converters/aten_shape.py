@@ -249,31 +249,62 @@ def _bound(v: Any, size: int) -> Any:
     return v
 
 
+def _bound_at_run_time(cx, v: Any, size: TensorRef, default: Any) -> TensorRef:
+    """A slice bound on a symbolic dim of run-time length ``size`` (int64 scalar) as torch
+    clamps it: None is ``default``; a negative int counts from the end; then clamped to
+    [0, size]."""
+    i64 = torch.int64
+    if v is None or (isinstance(v, int) and v >= _INT64_MAX):
+        return cx.tensor(default, i64)
+    v = cx.tensor(v, i64)
+    wrapped = cx.emit1("Add", [("x1", v), ("x2", size)], None, (i64, ()))
+    neg = cx.emit1("Less", [("x1", v), ("x2", cx.const(0, i64))], None, (torch.bool, ()))
+    v = cx.emit1("SelectV2", [("condition", neg), ("then", wrapped), ("else", v)], None,
+                 (i64, ()), port="result")
+    v = cx.emit1("Maximum", [("x1", v), ("x2", cx.const(0, i64))], None, (i64, ()))
+    return cx.emit1("Minimum", [("x1", v), ("x2", size)], None, (i64, ()))
+
+
 @register([aten.slice_scatter.default], ["StridedSlice", "ConcatV2", "Const", "Pack", "Cast",
                                          "ScatterNdUpdate", "TensorMove", "BroadcastTo", "Reshape",
-                                         "Range", "Shape", "GatherV2"])
+                                         "Range", "Shape", "GatherV2", "Add", "Less", "SelectV2",
+                                         "Maximum", "Minimum"])
 def _slice_scatter(cx, x, src, dim=0, start=None, end=None, step=1):
     dim = _norm(dim, len(x.shape))
     size = x.shape[dim]
+    symbolic = size < 0 or not all(isinstance(v, int) for v in (start or 0, 0 if end is None
+                                                                  else end))
     if step != 1:  # every step-th slice: an index_copy of the slice positions
-        if not all(isinstance(v, int) for v in (size, step)) or not isinstance(
-                start if start is not None else 0, int):
-            raise UnsupportedOpError(f"slice_scatter with step {step} (%{cx.node.name}) on a "
-                                     f"symbolic range has no GE lowering")
-        lo = _bound(0 if start is None else start, size)
-        hi = size if end is None or end >= _INT64_MAX else _bound(end, size)
         from .aten_update import _index_copy
 
-        return _index_copy(cx, x, dim, cx.const(list(range(lo, hi, step)), torch.int64), src)
-    start = _bound(0 if start is None else start, size)
+        if not isinstance(step, int):
+            raise UnsupportedOpError(f"slice_scatter with the symbolic step {step} "
+                                     f"(%{cx.node.name}) has no GE lowering")
+        if not symbolic:
+            lo = _bound(0 if start is None else start, size)
+            hi = size if end is None or end >= _INT64_MAX else _bound(end, size)
+            return _index_copy(cx, x, dim, cx.const(list(range(lo, hi, step)), torch.int64), src)
+        n = cx.tensor(cx.dim(x, dim), torch.int64)  # the positions computed at run time
+        lo = _bound_at_run_time(cx, start, n, 0)
+        hi = cx.emit1("Maximum", [("x1", _bound_at_run_time(cx, end, n, n)), ("x2", lo)], None,
+                      (torch.int64, ()))
+        pos = cx.emit1("Range", [("start", lo), ("limit", hi),
+                                 ("delta", cx.const(step, torch.int64))], None,
+                       (torch.int64, (-1,)))
+        return _index_copy(cx, x, dim, pos, src)
     open_end = end is None or (isinstance(end, int) and end >= _INT64_MAX)
+    if symbolic and not (open_end and isinstance(start, int) and start >= 0):
+        n = cx.tensor(cx.dim(x, dim), torch.int64)
+        start = _bound_at_run_time(cx, start, n, 0)
+        end = cx.emit1("Maximum", [("x1", _bound_at_run_time(cx, end, n, n)), ("x2", start)],
+                       None, (torch.int64, ()))  # an end before the start: empty, at start
+        return _splice(cx, x, src, dim, start, end)
+    start = _bound(0 if start is None else start, size)
     if open_end and size < 0:  # x[start:] on a symbolic dim: src is the whole tail
         parts = [_slice_dim(cx, x, dim, 0, start), cx.cast(src, x.dtype)]
         return cx.emit1("ConcatV2", [("x", parts), ("concat_dim", cx.const(dim, torch.int64))],
                         {"N": 2})
     end = size if open_end else _bound(end, size)
-    if end == -1:
-        raise UnsupportedOpError(f"slice_scatter %{cx.node.name}: an end of -1 on a symbolic dim")
     if isinstance(start, int) and isinstance(end, int) and end < start:
         end = start  # torch: an end before the start is an empty slice at start (x[7:3])
     return _splice(cx, x, src, dim, start, end)

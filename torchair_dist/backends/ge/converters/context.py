@@ -254,6 +254,12 @@ class ConvertContext:
         return op_type if self.node is None else f"{self.node.name}_{op_type}"
 
     def const(self, value: Any, dtype: Optional[torch.dtype] = None) -> TensorRef:
+        """A Const of ``value``; a scalar the graph computes (a symbolic size or a SymFloat,
+        a shape-[] TensorRef) is the value itself, cast to ``dtype``."""
+        if isinstance(value, TensorRef):
+            return self.cast(value, dtype) if dtype is not None else value
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise UnsupportedOpError(f"symbolic value {value} reached a converter unconverted")
         ref = self.b.const(value, dtype, name=self._op_name("Const"))
         if self.node is not None:
             self.b.graph.op[-1].attr["_fx_node"].s = self.node.name.encode()
@@ -271,6 +277,48 @@ class ConvertContext:
         if isinstance(x, (torch.SymInt, torch.SymFloat)):
             raise UnsupportedOpError(f"symbolic value {x} reached a converter unconverted")
         return self.const(x, dtype)
+
+    def static_int(self, value: Any, fx_arg: Any, what: str) -> int:
+        """``value`` as a Python int where GE takes an attribute (conv ``groups``/``pads``):
+        an int as it is; a symbolic size (a TensorRef whose FX argument ``fx_arg`` is a
+        SymInt) specialized to its value in this compile, with a guard so that another
+        value recompiles. Refused by name once the guards are fixed (a backward compiled
+        after its forward ran: a guard added then would be ignored)."""
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        sym = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else fx_arg
+        if isinstance(sym, int) and not isinstance(sym, bool):
+            return sym
+        if isinstance(sym, torch.SymInt):
+            env = sym.node.shape_env
+            if env is not None and not getattr(env, "frozen", False):
+                from torch.fx.experimental.symbolic_shapes import guard_int
+
+                return guard_int(sym)
+        raise UnsupportedOpError(
+            f"%{self.node.name}: {self.node.target}'s {what} is the symbolic value {sym}, which "
+            "GE takes as an attribute (a constant) and which can no longer be fixed by a guard "
+            "here; make it a Python constant, mark the size static "
+            "(torch._dynamo.mark_static), or compile with mode='npugraph_ex'")
+
+    def static_ints(self, values: Any, fx_args: Any, what: str) -> List[int]:
+        """:meth:`static_int` of each element of an int list (or of one int)."""
+        if not isinstance(values, (list, tuple)):
+            return [self.static_int(values, fx_args, what)]
+        fx_args = list(fx_args) if isinstance(fx_args, (list, tuple)) else [None] * len(values)
+        return [self.static_int(v, a, what) for v, a in zip(values, fx_args)]
+
+    def static_shape(self, ref: TensorRef, fx_arg: Any, what: str) -> TensorRef:
+        """``ref`` with every symbolic dim fixed by a guard (:meth:`static_int` of its FX
+        value's sizes): for lowerings that need static sizes (another size recompiles)."""
+        if all(d >= 0 for d in ref.shape):
+            return ref
+        val = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            raise UnsupportedOpError(f"%{self.node.name}: {self.node.target}'s {what} has the "
+                                     f"symbolic shape {ref.shape}, which this lowering needs static")
+        return ref._replace(shape=tuple(self.static_int(d, v, f"{what} size")
+                                        for d, v in zip(ref.shape, val.shape)))
 
     def int_list(self, values: Sequence[Any], dtype: torch.dtype = torch.int64) -> TensorRef:
         """A 1-D int tensor from ints and/or scalar int refs (symbolic sizes): Const or Pack."""

@@ -34,7 +34,14 @@ class Ew:
         return self.cx.const(float(v), self.dtype)
 
     def full(self, value: float) -> TensorRef:
-        """``value`` broadcast to the full shape (for a ``where`` branch)."""
+        """``value`` broadcast to the full shape (for a ``where`` branch). A symbolic shape
+        (-1 in the descriptor) is not a constant: refused here (:meth:`where` then takes the
+        scalar, which SelectV2 broadcasts)."""
+        if any(d < 0 for d in self.shape):
+            from ....errors import UnsupportedOpError
+
+            raise UnsupportedOpError(f"%{self.cx.node.name}: a fill of the symbolic shape "
+                                     f"{self.shape} (-1: symbolic) has no static dims to fill")
         return self.cx.emit1("Fill", [("dims", self.cx.const(list(self.shape), torch.int64)),
                                       ("value", self.cx.const(float(value), self.dtype))],
                              desc=(self.dtype, self.shape))
@@ -93,8 +100,11 @@ class Ew:
     def and_(self, a, b): return self._bin("LogicalAnd", a, b, torch.bool)  # noqa: E704
 
     def where(self, cond: TensorRef, a: Operand, b: Operand) -> TensorRef:
-        a = self.full(a) if not isinstance(a, TensorRef) else a
-        b = self.full(b) if not isinstance(b, TensorRef) else b
+        # a constant branch: Filled to the shape, or (symbolic shape) the scalar itself,
+        # which SelectV2 broadcasts against the condition
+        static = all(d >= 0 for d in self.shape)
+        a = a if isinstance(a, TensorRef) else self.full(a) if static else self.t(a)
+        b = b if isinstance(b, TensorRef) else self.full(b) if static else self.t(b)
         return self.cx.emit1("SelectV2", [("condition", cond), ("then", a), ("else", b)],
                              desc=(self.dtype, self.shape), port="result")
 
