@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
+import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
@@ -322,9 +323,12 @@ class RecordGraph(CaptureGraph):
                                      "set_grad": torch._C._set_grad_enabled,
                                      "same_view": _same_view, "copy_into": copy_into,
                                      "modes_on": torch._C._is_torch_function_mode_enabled,
+                                     "weak": weakref.ref,
                                      "without_modes": without_function_modes}
         exec(compile(self.source, "<torchair_dist record replay>", "exec"), namespace)  # noqa: S102
-        self.run = self.replay_sole = namespace["make"](gen.consts)
+        # ``make`` is taken out of its globals, and the replay reaches itself through a weak
+        # reference: no reference cycle keeps a dropped graph's buffers until the collector
+        self.run = self.replay_sole = namespace.pop("make")(gen.consts)
         self._consts = gen.consts
         self.peak_bytes = peak_bytes(entries, inputs, outputs)
         self.ops = [entry[0] for entry in entries]  # what a replay issues, in order
@@ -366,9 +370,10 @@ def _closure_source(n_consts: int, body: List[str]) -> str:
     """``make(K)`` binds the constants to locals K0..Kn and returns ``replay(A)``, which runs
     ``body`` with grad mode off and no torch-function mode (see :mod:`.bindings`)."""
     head = ["def make(K):"] + [f"    K{i} = K[{i}]" for i in range(n_consts)]
-    head += ["    def replay(A):",
+    head += ["    me = []",
+             "    def replay(A):",
              "        if modes_on():",
-             "            return without_modes(replay, A)",
+             "            return without_modes(me[0](), A)",
              "        grad = is_grad()",
              "        if grad:",
              "            set_grad(False)",
@@ -378,6 +383,7 @@ def _closure_source(n_consts: int, body: List[str]) -> str:
             "        finally:",
             "            if grad:",
             "                set_grad(True)",
+            "    me.append(weak(replay))",
             "    return replay", ""]
     return "\n".join(head + code + tail)
 

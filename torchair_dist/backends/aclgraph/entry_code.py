@@ -95,15 +95,17 @@ def key_and_entry(shape_indices, ptr_indices, examples, fast, slow):
             "is_grad": torch.is_grad_enabled, "set_grad": torch._C._set_grad_enabled,
             "use_count": use_count, "keep": keep, "hand_out": hand_out,
             "level_cache": getattr(log, "_cache", {})}  # cleared on every level change
+    # The functions are taken out of the scope they were made in (their globals): a function
+    # left in its own globals is a reference cycle.
     scope = dict(base, slow=weakref.WeakMethod(slow))
     exec(compile(source, "<torchair_dist runner entry>", "exec"), scope)  # noqa: S102
-    scope["entry"]._boxed_call = True
-    replay = scope["replay"]
+    capture_key, entry, replay = scope.pop("capture_key"), scope.pop("entry"), scope.pop("replay")
+    entry._boxed_call = True
 
     def make_direct(slow_direct):
         direct_scope = dict(base, slow_direct=slow_direct, replay_capture=replay)
         exec(compile(direct_source, "<torchair_dist runner entry>", "exec"),  # noqa: S102
              direct_scope)
-        return direct_scope["direct"]
+        return direct_scope.pop("direct")
 
-    return scope["capture_key"], scope["entry"], replay, make_direct
+    return capture_key, entry, replay, make_direct

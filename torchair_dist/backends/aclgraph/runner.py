@@ -36,6 +36,9 @@ from .rules import CaptureSkipped, find_uncapturable, skip_message
 
 log = logging.getLogger("torchair_dist")
 
+# input buffers held beyond this multiple of the largest capture's: one warning per graph
+INPUT_BYTES_RATIO = 1.25
+
 
 class _Capture:
     """One captured graph: its static inputs, the graph, and the pointers it was made on."""
@@ -106,6 +109,7 @@ class AclGraphRunner:
         self.pool_outputs = pool_outputs_of(graph_factory) if self.shared_pool else None
         self._input_storage: Dict[int, Any] = {}  # copied input -> its shared buffer storage
         self._input_dtypes: Dict[int, Any] = {}
+        self._warned_inputs = False  # _check_input_bytes
         # declared capture sizes (npugraphex_config.capture_sizes): padding, eager calls
         self.declared = DeclaredSizes(cfg, ctx.gm, ctx.example_inputs, self.user_indices,
                                       self._all_mutated, self.name, declared_sizes)
@@ -204,7 +208,9 @@ class AclGraphRunner:
         key_name = self.report_key(key)
         cap.replays = report.replay_cell(self.name, key_name)
         report.captured(self.name, key_name, reason, recapture, cap.seconds, cap.bytes)
-        report.pool(self.name, self.memory())
+        memory = self.memory()
+        report.pool(self.name, memory)
+        self._check_input_bytes(memory["input_bytes"])
         expanded = tuple(i for i in cap.copy_indices
                          if written_part(cap.static_inputs[i]) is not cap.static_inputs[i])
         cap.fast = (cap.reads_caller_inputs, cap.static_inputs,
@@ -336,6 +342,22 @@ class AclGraphRunner:
             buf = torch.empty_like(x, memory_format=torch.contiguous_format)
         copy_into(buf, x)
         return buf
+
+    def _check_input_bytes(self, held: int) -> None:
+        """Warn once when the captures' input buffers hold more than 1.25x what the largest
+        capture's alone take: batch sizes met smallest first each keep the buffer they were
+        captured on (a capture is bound to its buffers' addresses)."""
+        largest = sum(s.nbytes() for s in self._input_storage.values())
+        if self._warned_inputs or not largest or held <= INPUT_BYTES_RATIO * largest:
+            return
+        self._warned_inputs = True
+        warnings.warn(
+            f"graph {self.name}: the input buffers of its {len(self.captures)} captures hold "
+            f"{held} bytes, {held / largest:.2f}x the {largest} bytes the largest capture's "
+            f"alone take: batch sizes met smallest first each keep the buffer they were "
+            f"captured on. Declare npugraphex_config.capture_sizes (captured largest first at "
+            f"the first call, every capture viewing one buffer per input), or call the largest "
+            f"size first.", UserWarning, stacklevel=4)
 
     def memory(self) -> Dict[str, Any]:
         """The graph's memory as the capture graphs report it: ``pool_bytes`` (captures sharing
