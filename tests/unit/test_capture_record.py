@@ -338,3 +338,4 @@ def test_replay_writes_outputs_in_place_and_reads_inputs_without_copies(runners)
                    for g, c in zip(got, captured)), "outputs are the captured tensors' memory"
         assert "aten::copy_" not in ops and "aten::clone" not in ops, ops
         assert ops.count("aten::mm") == 2 and ops.count("aten::sum") == 1, ops
+        del got, a, b  # held across the next call, outputs would be moved onto copies first
