@@ -25,8 +25,9 @@ before their reuse and asynchronous collective outputs until their wait (:mod:`.
 
 Captures of one runner that share a memory pool model the worst case of a real pool: a replay
 overwrites the outputs of the graphs captured after it in the same pool (as a device graph's
-intermediates may reuse blocks those outputs later took), so code that keeps outputs of one
-shape across another shape's replay sees garbage on CPU too (:mod:`.record_pool`).
+intermediates may reuse blocks those outputs later took) (:mod:`.record_pool`). The runner
+preserves the ones a caller still holds before such a replay, as on a device
+(:mod:`torchair_dist.backends.aclgraph.outputs`).
 """
 from __future__ import annotations
 

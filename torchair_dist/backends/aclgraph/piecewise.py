@@ -13,8 +13,8 @@ not the length, so a decode captures once per batch size (vLLM's piecewise CUDA 
 * Declared ``capture_sizes``: the whole graph pads (its batch dim), once, at the top; the
   pieces then only see declared sizes, captured at the first call, largest first.
 * Outputs: a piece's outputs are read by the later pieces of the same call, before that piece
-  replays again; the graph's outputs are the pieces' outputs and follow their stale rule (valid
-  until the next call of the graph).
+  replays again; the graph's outputs are the pieces' outputs and follow their lifetime rule
+  (:mod:`.outputs`: one kept across the graph's next call is preserved by a copy).
 * Costs: a captured piece copies the inputs it does not own (the eager attention's output, the
   user's inputs) into its captured buffers on a device, as any captured graph does.
 """
