@@ -170,3 +170,40 @@ def test_sizes_met_largest_first_share_one_buffer_and_do_not_warn(runners):
             f(torch.randn(n * 16, 64))
     assert runners[0].memory()["input_bytes"] == 33 * 16 * 64 * 4
     assert not [w for w in caught if "input buffers" in str(w.message)]
+
+
+class _Attend(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.q = torch.nn.Linear(16, 16)
+        self.o = torch.nn.Linear(16, 16)
+
+    def forward(self, x, k, v):
+        b = x.shape[0]
+        q = self.q(x).view(b, 1, 2, 8).transpose(1, 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return torch.relu(self.o(a.transpose(1, 2).reshape(b, 1, 16))) + x
+
+
+def test_piecewise_decode_copies_nothing_when_outputs_are_dropped_and_keeps_a_kept_one():
+    m = _Attend().eval()
+    cfg = CompilerConfig()
+    cfg.mode = "npugraph_ex"
+    cfg.npugraphex_config.piecewise = True
+    f = torch.compile(m, backend=get_npu_backend(compiler_config=cfg), dynamic=True)
+
+    def step(b, n):
+        return torch.randn(b, 1, 16), torch.randn(b, 2, n, 8), torch.randn(b, 2, n, 8)
+
+    with torch.no_grad():
+        for b in (2, 3):
+            for n in (5, 6, 7):
+                args = step(b, n)
+                torch.testing.assert_close(f(*args), m(*args), rtol=1e-5, atol=1e-5)
+        assert _copies() == 0
+        args = step(2, 8)
+        kept = f(*args)
+        f(*step(2, 9))
+        torch.testing.assert_close(kept, m(*args), rtol=1e-5, atol=1e-5)
+    assert _copies() >= 1
