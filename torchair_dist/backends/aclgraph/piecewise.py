@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import operator
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -173,6 +174,11 @@ def build_piecewise(ctx: GraphContext, make_forward: Callable, factory: CaptureF
     return PiecewiseRunner(ctx, split, pieces, make_forward(ctx)[0])
 
 
+def _release_all(runners: List[AclGraphRunner]) -> None:
+    for runner in runners:
+        runner.release()
+
+
 class PiecewiseRunner:
     """Boxed callable: the split graph, calling each captured piece's runner and running the
     splitting ops eagerly; declared batch sizes are padded here, once for all pieces."""
@@ -191,6 +197,9 @@ class PiecewiseRunner:
                 if i not in set(ctx.static_input_indices) | set(self._mutated)]
         self.declared = DeclaredSizes(cfg, ctx.gm, ctx.example_inputs, user, self._mutated,
                                       self.name)
+        # The pieces' runners hang off the split GraphModule, which FX's own reference cycles
+        # keep until the collector runs: drop their captures (their memory) with this runner.
+        weakref.finalize(self, _release_all, self.runners)
 
     @property
     def runners(self) -> List[AclGraphRunner]:

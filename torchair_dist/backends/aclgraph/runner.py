@@ -343,6 +343,17 @@ class AclGraphRunner:
         copy_into(buf, x)
         return buf
 
+    def release(self) -> None:
+        """Drop every capture and input buffer (their memory is freed now, wherever the runner
+        object itself is still referenced); a later call captures again."""
+        for cap in self.captures.values():
+            if cap.pool is not None:
+                cap.pool.remove(cap.held)
+        self.captures.clear()
+        self._fast.clear()
+        self._input_storage.clear()
+        self._input_dtypes.clear()
+
     def _check_input_bytes(self, held: int) -> None:
         """Warn once when the captures' input buffers hold more than 1.25x what the largest
         capture's alone take: batch sizes met smallest first each keep the buffer they were
