@@ -11,8 +11,9 @@ Outputs live in the graph's pool and are handed out without copies, valid until 
 about to reuse their memory; one the caller still holds then is moved onto a copy first
 (:mod:`.outputs`), unless ``enable_output_clone`` copies every output. Captures of one graph
 share one pool; a copied input has one buffer per position, sized for the largest capture and
-viewed by every smaller one (sizes met smallest first each keep their own: one warning). Past ``static_capture_size_limit`` keys a new key runs eagerly (that call
-only, one warning); the keys captured keep replaying. Declared ``capture_sizes`` are captured at
+viewed by every smaller one (sizes met smallest first each keep their own: one warning).
+Past ``static_capture_size_limit`` keys a new key runs eagerly (that call only, one warning);
+the keys captured keep replaying. Declared ``capture_sizes`` are captured at
 the first call, largest first, and other batch sizes padded up or run eagerly (:mod:`.sizes`).
 Each capture's time and bytes go to the capture report.
 """
