@@ -64,7 +64,10 @@ def mode_case(rank, world, path, mode, rounds=2):
     serving.warm_up(step, cache, SIZES, model.device)
     runs = [serving.serve(step, model, cache, stream, SIZES) for _ in range(rounds)]
     report = torchair_dist.capture_report()
+    copies = sum(row.get("output_copies", 0)
+                 for row in torchair_dist.capture_summary().values())
     torch._dynamo.reset()
     return dict(eager=eager.tokens, ours=[r.tokens for r in runs], report=report,
+                copies=copies,
                 per_size=serving.captures_per_size(report),
                 steps_per_size=dict(runs[0].steps_per_size))

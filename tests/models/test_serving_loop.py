@@ -3,7 +3,8 @@ batching of a request stream, decode steps padded to declared sizes, in every mo
 
 Every request's tokens must equal eager's on every rank, the eager loop must equal each
 request generated alone, and a capturing mode captures each declared size at most once per
-graph (no recapture over the warm-up and two passes over the stream).
+graph (no recapture over the warm-up and two passes over the stream), and copies no output (the
+loop drops each step's outputs before the next).
 """
 import pytest
 from serving_cases import SIZES, eager_case, mode_case
@@ -42,4 +43,5 @@ def test_serving_loop_tokens_equal_eager(ranks2, llama_dir, mode):
         assert all("uncaptured_runs" not in e for e in entries), r["report"]
         assert all(e["captures"] <= 1 and e["recaptures"] == 0 for e in entries), r["report"]
         assert r["per_size"] == {s: 1 for s in SIZES}, (rank, r["per_size"], r["report"])
+        assert r["copies"] == 0, f"rank {rank}: the loop drops its outputs, no copy is due"
     assert results[0]["eager"] == results[1]["eager"]

@@ -155,6 +155,9 @@ PRIVATE_APIS: Dict[str, str] = {
     "torch._C._pop_torch_function_stack": "util.without_function_modes",
     "torch._C._push_on_torch_function_stack": "util.without_function_modes",
     "torch._C._set_grad_enabled": "generated replay/entry code switches grad mode cheaply",
+    "torch._C._storage_Use_Count": "a replay reads whether the caller still holds an output's "
+                                   "storage (with UntypedStorage._cdata / _swap_data_ptr_: "
+                                   "one still held is moved onto a copy; aclgraph.outputs)",
     "torch._C._autograd": "_unsafe_set_version_counter: a runner undoes its own version "
                           "bumps of mutated inputs, which AOT's wrapper bumps (pipeline.aot)",
     "torch._debug_has_internal_overlap": "a capture's input buffer keeps the caller's "

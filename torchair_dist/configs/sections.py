@@ -45,7 +45,8 @@ class AclGraphDebugConfig(ConfigBase):
         self.disable_mempool_reuse_in_same_fx = BoolOption(
             False, "give every capture of one graph its own memory (outputs are never shared)")
         self.enable_output_clone = BoolOption(
-            False, "clone outputs after replay so later replays cannot overwrite them")
+            False, "hand out a copy of every output on every call (off: held outputs are copied "
+            "only when a replay would overwrite them)")
         self.static_capture_size_limit = IntRangeOption(
             64, 1, INT64_MAX, "most captures per graph; past it the graph runs eagerly")
         self.clone_input = BoolOption(

@@ -25,14 +25,16 @@ before their reuse and asynchronous collective outputs until their wait (:mod:`.
 
 Captures of one runner that share a memory pool model the worst case of a real pool: a replay
 overwrites the outputs of the graphs captured after it in the same pool (as a device graph's
-intermediates may reuse blocks those outputs later took), so code that keeps outputs of one
-shape across another shape's replay sees garbage on CPU too (:mod:`.record_pool`).
+intermediates may reuse blocks those outputs later took) (:mod:`.record_pool`). The runner
+preserves the ones a caller still holds before such a replay, as on a device
+(:mod:`torchair_dist.backends.aclgraph.outputs`).
 """
 from __future__ import annotations
 
 import contextlib
 import itertools
 import re
+import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
@@ -322,9 +324,12 @@ class RecordGraph(CaptureGraph):
                                      "set_grad": torch._C._set_grad_enabled,
                                      "same_view": _same_view, "copy_into": copy_into,
                                      "modes_on": torch._C._is_torch_function_mode_enabled,
+                                     "weak": weakref.ref,
                                      "without_modes": without_function_modes}
         exec(compile(self.source, "<torchair_dist record replay>", "exec"), namespace)  # noqa: S102
-        self.run = self.replay_sole = namespace["make"](gen.consts)
+        # ``make`` is taken out of its globals, and the replay reaches itself through a weak
+        # reference: no reference cycle keeps a dropped graph's buffers until the collector
+        self.run = self.replay_sole = namespace.pop("make")(gen.consts)
         self._consts = gen.consts
         self.peak_bytes = peak_bytes(entries, inputs, outputs)
         self.ops = [entry[0] for entry in entries]  # what a replay issues, in order
@@ -366,9 +371,10 @@ def _closure_source(n_consts: int, body: List[str]) -> str:
     """``make(K)`` binds the constants to locals K0..Kn and returns ``replay(A)``, which runs
     ``body`` with grad mode off and no torch-function mode (see :mod:`.bindings`)."""
     head = ["def make(K):"] + [f"    K{i} = K[{i}]" for i in range(n_consts)]
-    head += ["    def replay(A):",
+    head += ["    me = []",
+             "    def replay(A):",
              "        if modes_on():",
-             "            return without_modes(replay, A)",
+             "            return without_modes(me[0](), A)",
              "        grad = is_grad()",
              "        if grad:",
              "            set_grad(False)",
@@ -378,6 +384,7 @@ def _closure_source(n_consts: int, body: List[str]) -> str:
             "        finally:",
             "            if grad:",
             "                set_grad(True)",
+            "    me.append(weak(replay))",
             "    return replay", ""]
     return "\n".join(head + code + tail)
 

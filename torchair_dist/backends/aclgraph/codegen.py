@@ -36,6 +36,6 @@ def generate_forward(gm: torch.fx.GraphModule, name: str) -> GeneratedForward:
     namespace: Dict[str, Any] = dict(code.globals)
     namespace["self"] = gm
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
-    fn = namespace["forward"]
+    fn = namespace.pop("forward")  # not left in its own globals: no reference cycle
     fn._boxed_call = True
     return GeneratedForward(fn, source, filename)

@@ -1,68 +1,124 @@
-"""A replay's outputs: handed out without copies, and loud once a later replay overwrote them.
+"""A replay's outputs: handed out without copies, valid until their memory is really reused.
 
-A captured graph writes its outputs into memory of its pool: the next replay of the graph (of any
-of its captures, which share the pool) overwrites them. The runner hands out fresh tensor
-objects over that memory on each replay (no copy), and when the graph replays again it turns
-the objects it handed out before into :class:`StaleOutput`: any torch operation on one (reading
-its values, printing it, passing it on) raises :class:`StaleOutputError` naming the graph,
-instead of reading values of another step. This is what torch's CUDA graph trees do with a
-storage access error; a CPU build has no such hook, so the tensor's class is switched instead,
-which costs nothing until it happens. Views the caller made of an output before the next replay
-are not tracked (they share the overwritten memory). ``clone_output=True`` hands out copies the
-caller may keep.
+A captured graph writes its outputs into memory of its pool. The runner hands out fresh tensor
+objects over that memory on each replay (no copy). An output stays valid until a replay is
+about to write its memory; then, if the caller still holds it (any view, alias or storage of
+it), its values are *preserved*: the storage the caller holds is moved onto a copy of its
+bytes (one copy, at storage level: every view the caller made follows), and the graph keeps
+writing the memory it was captured on. A caller that dropped its outputs before the next call
+(a serving loop) costs nothing: no copy is made. Each preserving copy is counted in
+``capture_summary()`` (``output_copies``, ``output_copy_bytes``).
+
+Which memory a replay writes (the pool model, :class:`PoolOutputs`): its own outputs, and in a
+pool shared by several captures the outputs of the captures made *after* it (their outputs may
+sit in blocks its intermediates use; the CPU record stand-in overwrites them, as a device pool
+may). A capture never writes memory another output holds (a device capture runs nothing; the
+record stand-in allocates afresh), so an output kept across another key's capture, or across a
+forced recapture (the old graph is dropped, the memory the caller holds is not reused while
+held), stays valid without a copy.
+
+"Still held" is read from the storage's use count (:func:`torch._C._storage_Use_Count`): the
+graph's own tensors account for a fixed number of references, measured right after the capture;
+anything above it is the caller's. Memory handed out raw is not tracked: an array from
+``.numpy()``, a ``data_ptr()`` or a DLPack capsule read the pool memory itself and see the next
+replay's values (their tensor is preserved, they are not): ``.clone()`` before exporting.
 """
 from __future__ import annotations
 
-import weakref
-from typing import Any, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 import torch
 
 from ...errors import TorchairDistError
+from . import report
+
+use_count = torch._C._storage_Use_Count
 
 
 class StaleOutputError(TorchairDistError, RuntimeError):
-    """An output of a captured graph was used after a later replay overwrote it."""
+    """Kept for callers that catch it: outputs are now preserved instead (see the module doc);
+    nothing in the runtime raises it."""
 
 
-class StaleOutput(torch.Tensor):
-    """The class an overwritten output is switched to: every torch operation on it raises."""
+class Held:
+    """One storage of a capture's pool outputs: its StorageImpl (``ptr``), the references the
+    graph itself holds on it (``base``), the graph's tensors on it."""
 
-    graph_name = "?"
+    __slots__ = ("ptr", "base", "tensors", "graph")
 
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        graph = next((getattr(a, "_stale_graph", "?") for a in args
-                      if isinstance(a, StaleOutput)), "?")
-        raise StaleOutputError(
-            f"an output of captured graph {graph} was used after a later replay of that graph "
-            f"overwrote it (outputs live in the graph's memory pool until its next replay). "
-            f"Use it before the next call, clone() it, or set "
-            f"config.debug.aclgraph.enable_output_clone=True")
+    def __init__(self, graph: str, tensors: List[torch.Tensor]):
+        self.graph = graph
+        self.tensors = tensors
+        self.ptr = tensors[0].untyped_storage()._cdata
+        # the graph's tensors, and the storage's Python object: once made it is kept with
+        # the storage and counts for good (a caller's untyped_storage() returns that one)
+        self.base = use_count(self.ptr)
 
 
-class HandedOut:
-    """The output objects a runner handed out at its last replay (weakly held)."""
+def capture_outputs(graph: str, outputs: Sequence[Any], positions: Sequence[int]) -> List[Held]:
+    """The :class:`Held` storages of a capture's pool outputs (measured right after capture,
+    before anything is handed out)."""
+    by_storage: Dict[int, List[torch.Tensor]] = {}
+    for i in positions:
+        by_storage.setdefault(outputs[i].untyped_storage()._cdata, []).append(outputs[i])
+    return [Held(graph, tensors) for tensors in by_storage.values()]
 
-    __slots__ = ("graph_name", "refs")
 
-    def __init__(self, graph_name: str):
-        self.graph_name = graph_name
-        self.refs: List[weakref.ref] = []
+def keep(held: Held) -> None:
+    """The caller still holds ``held``'s storage and a replay is about to write it: move the
+    caller's storage onto a copy of its bytes, and the graph's tensors onto the memory."""
+    caller = held.tensors[0].untyped_storage()
+    fresh = torch.empty(caller.nbytes(), dtype=torch.uint8,
+                        device=caller.device).untyped_storage()
+    fresh.copy_(caller)
+    caller._swap_data_ptr_(fresh)  # caller: the copy; fresh: the graph's memory
+    for t in held.tensors:
+        with torch.inference_mode(t.is_inference()), torch.no_grad():
+            t.set_(fresh, t.storage_offset(), t.size(), t.stride())
+    held.ptr = fresh._cdata
+    held.base = use_count(held.ptr)  # a storage's Python object, once made, counts for good
+    report.output_copy(held.graph, caller.nbytes())
 
-    def replace(self, outputs: Sequence[Any], pool_positions: Sequence[int]) -> List[Any]:
-        """Mark what was handed out before as stale; fresh objects over ``outputs`` at
-        ``pool_positions`` (the others are handed out as they are)."""
-        for ref in self.refs:
-            old = ref()
-            if old is not None and type(old) is torch.Tensor:
-                old.__class__ = StaleOutput
-                old._stale_graph = self.graph_name
-        result = list(outputs)
-        refs = []
-        for i in pool_positions:
-            fresh = result[i].detach()
-            result[i] = fresh
-            refs.append(weakref.ref(fresh))
-        self.refs = refs
-        return result
+
+def hand_out(outputs: Sequence[Any], positions: Sequence[int]) -> List[Any]:
+    """The outputs for the caller: fresh tensor objects over the pool outputs at ``positions``
+    (their references are what tells a caller's hold apart from the graph's)."""
+    result = list(outputs)
+    for i in positions:
+        result[i] = result[i].detach()
+    return result
+
+
+class PoolOutputs:
+    """The captures of one memory pool, in capture order, and per capture what its replay must
+    check first: its own outputs and those of the captures made after it (``watch``, a list
+    the replay reads, updated in place)."""
+
+    def __init__(self):
+        self.order: List[tuple] = []  # (own Held list, watch list)
+
+    def add(self, own: List[Held]) -> List[Held]:
+        """A new capture's outputs; returns its watch list."""
+        for _, watch in self.order:
+            watch.extend(own)
+        watch = list(own)
+        self.order.append((own, watch))
+        return watch
+
+    def remove(self, own: List[Held]) -> None:
+        """A capture dropped (recaptured): its outputs leave every watch list (memory the caller
+        still holds stays theirs: nothing reuses it while held)."""
+        gone = {id(h) for h in own}
+        self.order = [entry for entry in self.order if entry[0] is not own]
+        for _, watch in self.order:
+            watch[:] = [h for h in watch if id(h) not in gone]
+
+
+def pool_outputs_of(factory) -> PoolOutputs:
+    """The :class:`PoolOutputs` of the pool ``factory``'s graphs share (the stand-in's pool
+    object where factories join one, else the factory's own)."""
+    owner = factory.pool if hasattr(factory.pool, "__dict__") else factory
+    found = owner.__dict__.get("_pool_outputs")
+    if found is None:
+        found = owner.__dict__["_pool_outputs"] = PoolOutputs()
+    return found

@@ -13,8 +13,8 @@ not the length, so a decode captures once per batch size (vLLM's piecewise CUDA 
 * Declared ``capture_sizes``: the whole graph pads (its batch dim), once, at the top; the
   pieces then only see declared sizes, captured at the first call, largest first.
 * Outputs: a piece's outputs are read by the later pieces of the same call, before that piece
-  replays again; the graph's outputs are the pieces' outputs and follow their stale rule (valid
-  until the next call of the graph).
+  replays again; the graph's outputs are the pieces' outputs and follow their lifetime rule
+  (:mod:`.outputs`: one kept across the graph's next call is preserved by a copy).
 * Costs: a captured piece copies the inputs it does not own (the eager attention's output, the
   user's inputs) into its captured buffers on a device, as any captured graph does.
 """
@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import operator
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -173,6 +174,11 @@ def build_piecewise(ctx: GraphContext, make_forward: Callable, factory: CaptureF
     return PiecewiseRunner(ctx, split, pieces, make_forward(ctx)[0])
 
 
+def _release_all(runners: List[AclGraphRunner]) -> None:
+    for runner in runners:
+        runner.release()
+
+
 class PiecewiseRunner:
     """Boxed callable: the split graph, calling each captured piece's runner and running the
     splitting ops eagerly; declared batch sizes are padded here, once for all pieces."""
@@ -191,6 +197,9 @@ class PiecewiseRunner:
                 if i not in set(ctx.static_input_indices) | set(self._mutated)]
         self.declared = DeclaredSizes(cfg, ctx.gm, ctx.example_inputs, user, self._mutated,
                                       self.name)
+        # The pieces' runners hang off the split GraphModule, which FX's own reference cycles
+        # keep until the collector runs: drop their captures (their memory) with this runner.
+        weakref.finalize(self, _release_all, self.runners)
 
     @property
     def runners(self) -> List[AclGraphRunner]:

@@ -83,7 +83,20 @@ def replay_cell(graph: str, key: str) -> List[int]:
 
 def pool(graph: str, memory: Dict[str, Any]) -> None:
     """The graph's memory after a capture (``AclGraphRunner.memory``)."""
-    _summary.setdefault(graph, {}).update({k: v for k, v in memory.items() if v is not None})
+    row = _summary.setdefault(graph, {})
+    row.update({k: v for k, v in memory.items() if v is not None})
+    row.setdefault("output_copies", 0)
+    row.setdefault("output_copy_bytes", 0)
+
+
+def output_copy(graph: str, nbytes: int) -> None:
+    """An output the caller still held was moved onto a copy of ``nbytes`` before a replay
+    overwrote its memory (:mod:`.outputs`)."""
+    row = _summary.setdefault(graph, {})
+    row["output_copies"] = row.get("output_copies", 0) + 1
+    row["output_copy_bytes"] = row.get("output_copy_bytes", 0) + nbytes
+    log.debug("%s: an output still held was copied (%d bytes) before a replay reused its "
+              "memory", graph, nbytes)
 
 
 def padded(graph: str, n: int, size: int) -> None:
@@ -106,7 +119,9 @@ def capture_summary() -> Dict[str, Dict[str, Any]]:
     of its own the sum; on CPU the record stand-in's model of a device pool, on a device what
     the captures added to the allocator's reserve), ``input_bytes`` (the copied inputs'
     buffers: one per input, sized for the largest capture), ``captures``,
-    ``capture_time_s`` (all captures), and with declared ``npugraphex_config.capture_sizes``:
+    ``capture_time_s`` (all captures), ``output_copies`` / ``output_copy_bytes`` (outputs the
+    caller still held when a replay was about to reuse their memory, preserved by a copy:
+    zero when outputs are dropped before the next call), and with declared ``npugraphex_config.capture_sizes``:
     ``padded`` (``"n->size"``: calls padded up) and ``eager`` (``"n: why"``: calls of a batch
     size that ran eagerly)."""
     out: Dict[str, Dict[str, Any]] = {}

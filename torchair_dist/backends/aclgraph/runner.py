@@ -7,12 +7,13 @@ Input policy (as in TorchAir's ACL graph):
 - other user inputs are copied into the captured buffers before each replay (``clone_input``);
   with ``clone_input=False`` the graph is captured on the caller's tensors and only inputs
   that arrive at a new address are copied.
-Outputs live in the graph's pool and are handed out without copies, valid until the next
-replay of the graph; an output still held then is switched to a tensor that raises on any use
-(:mod:`.outputs`), unless ``enable_output_clone`` copies them. Captures of one graph share one
-pool; a copied input has one buffer per position, sized for the largest capture and viewed by
-every smaller one. Past ``static_capture_size_limit`` keys a new key runs eagerly (that call
-only, one warning); the keys captured keep replaying. Declared ``capture_sizes`` are captured at
+Outputs live in the graph's pool and are handed out without copies, valid until a replay is
+about to reuse their memory; one the caller still holds then is moved onto a copy first
+(:mod:`.outputs`), unless ``enable_output_clone`` copies every output. Captures of one graph
+share one pool; a copied input has one buffer per position, sized for the largest capture and
+viewed by every smaller one (sizes met smallest first each keep their own: one warning).
+Past ``static_capture_size_limit`` keys a new key runs eagerly (that call only, one warning);
+the keys captured keep replaying. Declared ``capture_sizes`` are captured at
 the first call, largest first, and other batch sizes padded up or run eagerly (:mod:`.sizes`).
 Each capture's time and bytes go to the capture report.
 """
@@ -30,11 +31,14 @@ from ...platform.interfaces import CaptureFactory
 from ..context import GraphContext
 from . import report
 from .entry_code import key_and_entry
-from .outputs import HandedOut
+from .outputs import PoolOutputs, capture_outputs, hand_out, pool_outputs_of
 from .sizes import DeclaredSizes
 from .rules import CaptureSkipped, find_uncapturable, skip_message
 
 log = logging.getLogger("torchair_dist")
+
+# input buffers held beyond this multiple of the largest capture's: one warning per graph
+INPUT_BYTES_RATIO = 1.25
 
 
 class _Capture:
@@ -42,7 +46,7 @@ class _Capture:
 
     __slots__ = ("graph", "static_inputs", "copy_indices", "pinned_ptrs", "outputs",
                  "output_alias", "reads_caller_inputs", "replays", "fast", "pool_positions",
-                 "seconds", "bytes", "handed")
+                 "seconds", "bytes", "held", "watch", "pool")
 
     def __init__(self, graph, static_inputs, copy_indices, pinned_ptrs, outputs, output_alias,
                  private_buffers: bool):
@@ -63,7 +67,9 @@ class _Capture:
                                     if isinstance(o, torch.Tensor) and not a)
         self.seconds = 0.0
         self.bytes: Optional[int] = None
-        self.handed: Optional[HandedOut] = None  # its own outputs (a pool of its own)
+        self.held: list = []   # its pool outputs' storages (outputs.Held)
+        self.watch: list = []  # what its replay checks first (outputs.PoolOutputs)
+        self.pool: Optional[PoolOutputs] = None
 
 
 class AclGraphRunner:
@@ -99,9 +105,12 @@ class AclGraphRunner:
         self.captures: Dict[Any, _Capture] = {}
         self.fallback_eager = False  # kept for callers; the limit no longer turns it on
         self._warned_limit = False
-        self.handed = HandedOut(self.name)
+        # the captures of the graph's pool and their outputs (shared with the other pieces
+        # of a piecewise graph); a capture in a pool of its own gets its own
+        self.pool_outputs = pool_outputs_of(graph_factory) if self.shared_pool else None
         self._input_storage: Dict[int, Any] = {}  # copied input -> its shared buffer storage
         self._input_dtypes: Dict[int, Any] = {}
+        self._warned_inputs = False  # _check_input_bytes
         # declared capture sizes (npugraphex_config.capture_sizes): padding, eager calls
         self.declared = DeclaredSizes(cfg, ctx.gm, ctx.example_inputs, self.user_indices,
                                       self._all_mutated, self.name, declared_sizes)
@@ -110,9 +119,9 @@ class AclGraphRunner:
         # key -> the ``fast`` tuple of a capture that needs no check per call (_install_fast)
         self._fast: Dict[Any, tuple] = {}
         self._first_direct: Optional[Callable] = None  # direct_call: the first call's route
-        self.capture_key, self.entry, self._replay, self._direct = key_and_entry(
+        self.capture_key, self.entry, self._replay, self._make_direct = key_and_entry(
             self.key_shape_indices, self.key_ptr_indices, ctx.example_inputs, self._fast,
-            self._call, self._direct_slow)
+            self._call)
 
     # -- keys ---------------------------------------------------------------------------
     def report_key(self, key) -> str:
@@ -132,7 +141,7 @@ class AclGraphRunner:
         through ``first``; later ones replay in one generated frame where they can, else run
         this runner with grad mode off, as AOT's wrapper would."""
         self._first_direct = first
-        return self._direct
+        return self._make_direct(self._direct_slow)
 
     def _direct_slow(self, args):
         """``direct``'s calls the fast table does not answer: the first one (through AOT's
@@ -190,18 +199,26 @@ class AclGraphRunner:
         cap.seconds = time.perf_counter() - started
         cap.bytes = cap.graph.pool_bytes()
         was_alone = len(self.captures) == 1
+        old = self.captures.get(key)
+        if old is not None and old.pool is not None:
+            old.pool.remove(old.held)  # dropped: the memory a caller holds stays theirs
+        cap.pool = self.pool_outputs if self.shared_pool else PoolOutputs()
+        cap.held = capture_outputs(self.name, cap.outputs, cap.pool_positions)
+        cap.watch = cap.pool.add(cap.held)
         self.captures[key] = cap
         key_name = self.report_key(key)
         cap.replays = report.replay_cell(self.name, key_name)
         report.captured(self.name, key_name, reason, recapture, cap.seconds, cap.bytes)
-        report.pool(self.name, self.memory())
+        memory = self.memory()
+        report.pool(self.name, memory)
+        self._check_input_bytes(memory["input_bytes"])
         expanded = tuple(i for i in cap.copy_indices
                          if written_part(cap.static_inputs[i]) is not cap.static_inputs[i])
         cap.fast = (cap.reads_caller_inputs, cap.static_inputs,
                     tuple(i for i in cap.copy_indices if i not in expanded),
                     tuple((i, written_part) for i in expanded), self.clone_input,
                     cap.graph.replay, cap.outputs, cap.replays, self.name,
-                    key_name, self._handed_for(cap).replace, cap.pool_positions)
+                    key_name, cap.watch, cap.pool_positions)
         if was_alone and self.shared_pool:  # the first capture no longer has the pool alone
             for other_key, other in self.captures.items():
                 self._install_fast(other_key, other)
@@ -225,16 +242,7 @@ class AclGraphRunner:
     def _returned(self, cap: _Capture, outputs):
         if self.clone_output:
             return clone_keeping_views(outputs, cap.output_alias)
-        return self._handed_for(cap).replace(outputs, cap.pool_positions)
-
-    def _handed_for(self, cap: _Capture) -> HandedOut:
-        """Whose outputs a replay of ``cap`` overwrites: every capture's when they share one
-        pool, else only its own."""
-        if self.shared_pool:
-            return self.handed
-        if cap.handed is None:
-            cap.handed = HandedOut(self.name)
-        return cap.handed
+        return hand_out(outputs, cap.pool_positions)
 
     def _recapture_reason(self, cap: Optional[_Capture], args) -> str:
         """Why the capture of this key is made again ("" for none)."""
@@ -335,6 +343,33 @@ class AclGraphRunner:
             buf = torch.empty_like(x, memory_format=torch.contiguous_format)
         copy_into(buf, x)
         return buf
+
+    def release(self) -> None:
+        """Drop every capture and input buffer (their memory is freed now, wherever the runner
+        object itself is still referenced); a later call captures again."""
+        for cap in self.captures.values():
+            if cap.pool is not None:
+                cap.pool.remove(cap.held)
+        self.captures.clear()
+        self._fast.clear()
+        self._input_storage.clear()
+        self._input_dtypes.clear()
+
+    def _check_input_bytes(self, held: int) -> None:
+        """Warn once when the captures' input buffers hold more than 1.25x what the largest
+        capture's alone take: batch sizes met smallest first each keep the buffer they were
+        captured on (a capture is bound to its buffers' addresses)."""
+        largest = sum(s.nbytes() for s in self._input_storage.values())
+        if self._warned_inputs or not largest or held <= INPUT_BYTES_RATIO * largest:
+            return
+        self._warned_inputs = True
+        warnings.warn(
+            f"graph {self.name}: the input buffers of its {len(self.captures)} captures hold "
+            f"{held} bytes, {held / largest:.2f}x the {largest} bytes the largest capture's "
+            f"alone take: batch sizes met smallest first each keep the buffer they were "
+            f"captured on. Declare npugraphex_config.capture_sizes (captured largest first at "
+            f"the first call, every capture viewing one buffer per input), or call the largest "
+            f"size first.", UserWarning, stacklevel=4)
 
     def memory(self) -> Dict[str, Any]:
         """The graph's memory as the capture graphs report it: ``pool_bytes`` (captures sharing
