@@ -267,7 +267,8 @@ class _Lin(torch.nn.Module):
         return self.lin(x)
 
 
-def test_moved_parameter_is_a_recapture_and_replay_uses_the_captured_weights(runners):
+def test_new_parameter_addresses_are_a_key_of_their_own_and_replay_uses_the_captured_weights(
+        runners):
     m = _Lin()
     f = compile_fn(m)
     x = torch.randn(2, 4)
@@ -276,11 +277,11 @@ def test_moved_parameter_is_a_recapture_and_replay_uses_the_captured_weights(run
         f(x)
         m.lin.weight.copy_(m.lin.weight * 3)  # in place: the captured weights are read
         assert torch.equal(f(x), m(x))
-        m.lin.weight.data = m.lin.weight.data.clone() * 2  # new storage: recaptured
+        m.lin.weight.data = m.lin.weight.data.clone() * 2  # new storage: a capture of its own
         assert torch.allclose(f(x), m(x))
     (counts,) = _only_counts().values()
-    assert counts["capture_reasons"] == {"first capture": 1, "moved parameter": 1}
-    assert counts["recaptures"] == 1 and counts["replays"] == 1
+    assert counts["capture_reasons"] == {"first capture": 1, "new parameters": 1}
+    assert counts["captures"] == 2 and counts["recaptures"] == 0 and counts["replays"] == 1
 
 
 def test_rule_host_device_copy_and_stream_sync_are_uncapturable():

@@ -17,8 +17,9 @@ Public API (re-exported as ``torchair_dist.capture_report`` / ``reset_capture_re
 
 Keys: ``captures`` (first captures and recaptures), ``replays``, ``recaptures`` (captures of
 a key that was captured before), ``capture_reasons`` (per reason: "first capture", "new shape"
-for a later key of the same graph, and the recapture reasons "moved mutated input <i>",
-"moved parameter <i>", "force_recapture"),
+for a later key of the same graph, "new parameters" for a key whose shapes were captured
+with other parameter addresses: another layer's weights through the same code, or replaced
+weights; and the recapture reasons "moved mutated input <i>", "force_recapture"),
 ``capture_limit`` (calls of a new key past ``static_capture_size_limit``, which ran eagerly),
 ``capture_time_s`` (seconds spent capturing the key) and ``capture_bytes`` (the bytes its graph
 takes in the pool: the CPU record stand-in's model of a device pool, a device's allocator), for

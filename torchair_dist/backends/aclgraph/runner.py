@@ -186,9 +186,13 @@ class AclGraphRunner:
         if cap is None and len(self.captures) >= self.capture_limit:
             report.capture_limit(self.name, self.report_key(key), self.capture_limit)
             return self._past_limit(args)
-        recapture = cap is not None or key[0] in {k[0] for k in self.captures}
+        # A recapture redoes a key's capture (forced, a mutated input moved). A key whose
+        # shapes were captured with other parameter addresses is a capture of its own, not a
+        # recapture: one code object serves every layer of a model that Dynamo splits per
+        # layer (each layer's weights are a key), or the weights were replaced.
+        recapture = cap is not None
         if cap is None:
-            reason = ("moved parameter" if recapture else
+            reason = ("new parameters" if key[0] in {k[0] for k in self.captures} else
                       "new shape" if self.captures else "first capture")
         started = time.perf_counter()
         try:
