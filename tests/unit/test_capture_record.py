@@ -267,7 +267,7 @@ class _Lin(torch.nn.Module):
         return self.lin(x)
 
 
-def test_new_parameter_addresses_are_a_key_of_their_own_and_replay_uses_the_captured_weights(
+def test_a_parameter_given_new_storage_is_a_recapture_and_replay_uses_the_captured_weights(
         runners):
     m = _Lin()
     f = compile_fn(m)
@@ -277,11 +277,43 @@ def test_new_parameter_addresses_are_a_key_of_their_own_and_replay_uses_the_capt
         f(x)
         m.lin.weight.copy_(m.lin.weight * 3)  # in place: the captured weights are read
         assert torch.equal(f(x), m(x))
-        m.lin.weight.data = m.lin.weight.data.clone() * 2  # new storage: a capture of its own
+        m.lin.weight.data = m.lin.weight.data.clone() * 2  # new storage: recaptured
         assert torch.allclose(f(x), m(x))
     (counts,) = _only_counts().values()
-    assert counts["capture_reasons"] == {"first capture": 1, "new parameters": 1}
-    assert counts["captures"] == 2 and counts["recaptures"] == 0 and counts["replays"] == 1
+    assert counts["capture_reasons"] == {"first capture": 1, "moved parameter": 1}
+    assert counts["recaptures"] == 1 and counts["replays"] == 1
+
+
+def test_layers_sharing_one_graph_are_keys_of_their_own_not_recaptures(runners):
+    """Dynamo compiles a block's forward once and calls it for every layer with that layer's
+    weights: each layer is a capture of its own (transformers' engine splits its model so)."""
+    blocks = [_Lin(), _Lin()]
+
+    class Stack(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList(blocks)
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = b(x)
+                torch._dynamo.graph_break()
+            return x
+
+    model = Stack().eval()
+    cfg = CompilerConfig()
+    cfg.mode = "npugraph_ex"
+    f = torch.compile(model, backend=get_npu_backend(compiler_config=cfg))
+    x = torch.randn(2, 4)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            assert torch.equal(f(x), model(x))
+    rows = [e for keys in torchair_dist.capture_report().values() for e in keys.values()]
+    reasons = [r for e in rows for r in e["capture_reasons"]]
+    assert "new parameters" in reasons and "moved parameter" not in reasons
+    assert sum(e["recaptures"] for e in rows) == 0
+    assert sum(e["captures"] for e in rows) == 2
 
 
 def test_rule_host_device_copy_and_stream_sync_are_uncapturable():

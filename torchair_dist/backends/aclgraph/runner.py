@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -46,7 +47,7 @@ class _Capture:
 
     __slots__ = ("graph", "static_inputs", "copy_indices", "pinned_ptrs", "outputs",
                  "output_alias", "reads_caller_inputs", "replays", "fast", "pool_positions",
-                 "seconds", "bytes", "held", "watch", "pool")
+                 "seconds", "bytes", "held", "watch", "pool", "params")
 
     def __init__(self, graph, static_inputs, copy_indices, pinned_ptrs, outputs, output_alias,
                  private_buffers: bool):
@@ -70,6 +71,17 @@ class _Capture:
         self.held: list = []   # its pool outputs' storages (outputs.Held)
         self.watch: list = []  # what its replay checks first (outputs.PoolOutputs)
         self.pool: Optional[PoolOutputs] = None
+        self.params: tuple = ()  # (weakref, data_ptr) of each parameter it was captured on
+
+
+def _params_moved(cap: "_Capture") -> bool:
+    """Whether a parameter ``cap`` was captured on now has other storage (``p.data = ...``), or
+    is gone."""
+    for ref, ptr in cap.params or ():
+        param = ref()
+        if param is None or param.data_ptr() != ptr:
+            return True
+    return False
 
 
 class AclGraphRunner:
@@ -186,13 +198,15 @@ class AclGraphRunner:
         if cap is None and len(self.captures) >= self.capture_limit:
             report.capture_limit(self.name, self.report_key(key), self.capture_limit)
             return self._past_limit(args)
-        # A recapture redoes a key's capture (forced, a mutated input moved). A key whose
-        # shapes were captured with other parameter addresses is a capture of its own, not a
-        # recapture: one code object serves every layer of a model that Dynamo splits per
-        # layer (each layer's weights are a key), or the weights were replaced.
+        # A recapture redoes a key's capture: forced, a mutated input moved, or a parameter
+        # of an earlier capture of these shapes was given new storage (TorchAir recaptures
+        # then). Shapes captured with other parameters that are all still in place are a key
+        # of their own: one code object serves every layer of a model Dynamo splits per layer.
         recapture = cap is not None
         if cap is None:
-            reason = ("new parameters" if key[0] in {k[0] for k in self.captures} else
+            same = [c for k, c in self.captures.items() if k[0] == key[0]]
+            recapture = any(_params_moved(c) for c in same)
+            reason = ("moved parameter" if recapture else "new parameters" if same else
                       "new shape" if self.captures else "first capture")
         started = time.perf_counter()
         try:
@@ -201,6 +215,8 @@ class AclGraphRunner:
             self.uncapturable = skip.found
             return self._uncaptured(args)
         cap.seconds = time.perf_counter() - started
+        cap.params = tuple((weakref.ref(args[i]), args[i].data_ptr()) for i in self.key_ptr_indices
+                           if isinstance(args[i], torch.Tensor))
         cap.bytes = cap.graph.pool_bytes()
         was_alone = len(self.captures) == 1
         old = self.captures.get(key)
