@@ -16,6 +16,7 @@ from torch._dynamo.utils import counters
 
 import torchair_dist
 from torchair_dist import CompilerConfig, get_npu_backend
+from torchair_dist.base.torch_support import torch_at_least
 from torchair_dist.pipeline import route
 from torchair_dist.pipeline.entry import NpuBackend
 
@@ -186,3 +187,38 @@ def test_an_unknown_compile_mode_is_an_error():
     f = torch.compile(lambda t: t + 1, backend=backend, mode="max-autotune-no-cudagraphs")
     with pytest.raises(Exception, match="not a torchair_dist mode"):
         f(torch.ones(2))
+
+
+# -- thread ranks: one process, Dynamo's cache shared by every rank's thread ------------------
+@pytest.mark.skipif(not torch_at_least(2, 13), reason="thread ranks need torch >= 2.13")
+def test_backends_made_on_different_thread_ranks_stay_apart():
+    """The advice WrongRankError gives (one backend per rank, made in the rank's thread) keeps
+    working with equal configurations: a group given by ranks does not tell Dynamo's guards
+    the ranks apart, the backend does."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    from torch.testing._internal.common_distributed import spawn_threads_and_init_comms
+
+    def fn(x):
+        return funcol.all_reduce(x * 2, "sum", group=[0, 1]) * x
+
+    backends, results = {}, {}
+
+    @spawn_threads_and_init_comms(world_size=2)
+    def run(_):
+        rank = dist.get_rank()
+        backends[rank] = backend = get_npu_backend(compiler_config=_config())
+        assert backend == get_npu_backend(compiler_config=_config())  # same rank: equal
+        compiled = torch.compile(fn, backend=backend, fullgraph=True)
+        outs = []
+        for i in range(3):  # rank r holds r + i: the sum of 2x over both ranks is 4i + 2
+            out = compiled(torch.full((4,), float(rank + i)))
+            outs.append(torch.equal(out, torch.full((4,), float((4 * i + 2) * (rank + i)))))
+        results[rank] = outs
+
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch: groups by ranks are deprecated
+        run(None)
+    assert backends[0] != backends[1]
+    assert results == {0: [True] * 3, 1: [True] * 3}, results

@@ -18,7 +18,7 @@ from ..configs import MODES, CompilerConfig, apply_compile_options
 from .decomposition_table import merge_decompositions
 from ..errors import ConfigError, ConfigTypeError
 from .torch_patches import apply_platform_patches
-from ..base.util import reset_process_state
+from ..base.util import calling_rank, ranks_are_threads, reset_process_state
 
 log = logging.getLogger("torchair_dist")
 
@@ -130,7 +130,8 @@ class NpuBackend(functools.partial):
     entries compare backends with ``==`` after identity), so two backends are equal when their
     configurations are described alike (the text the compile cache's key uses for a config:
     every option, a user pass by what its code is) and their custom decompositions are the
-    same functions for the same ops; ``hash`` follows the same description. ``copy.copy`` and
+    same functions for the same ops (and, with thread ranks, they were made on the same rank);
+    ``hash`` follows the same description. ``copy.copy`` and
     ``copy.deepcopy`` return the backend itself, as for a function; pickling stores the
     configuration and the custom decompositions (ops by name) and rebuilds the backend with
     :func:`get_npu_backend`. ``reset`` is Dynamo's hook: ``torch._dynamo.reset()`` calls it.
@@ -140,6 +141,9 @@ class NpuBackend(functools.partial):
         self = super().__new__(cls, func, *args, **keywords)
         self._custom = dict(custom)  # what the merge used: later edits of the caller's dict
         self._custom_text = None     # do not change this backend
+        # thread ranks (torch's threaded process group) share Dynamo's cache: a backend made
+        # in a rank's thread is that rank's, or one rank's graph would run on the others
+        self._thread_rank = calling_rank() if ranks_are_threads() else None
         self._options = None
         self._described = None
         return self
@@ -183,10 +187,11 @@ class NpuBackend(functools.partial):
             return True
         if type(other) is not type(self):
             return NotImplemented
-        return self.func is other.func and self.description() == other.description()
+        return (self.func is other.func and self._thread_rank == other._thread_rank
+                and self.description() == other.description())
 
     def __hash__(self):
-        return hash(self.description())
+        return hash((self._thread_rank, self.description()))
 
     def __repr__(self):
         return f"NpuBackend({self.keywords['compiler_config']!r})"
