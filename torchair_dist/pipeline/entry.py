@@ -1,7 +1,6 @@
 """``get_npu_backend``: the torch.compile backend entry and its AOT wiring."""
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 import warnings
@@ -144,7 +143,6 @@ class NpuBackend(functools.partial):
         # thread ranks (torch's threaded process group) share Dynamo's cache: a backend made
         # in a rank's thread is that rank's, or one rank's graph would run on the others
         self._thread_rank = calling_rank() if ranks_are_threads() else None
-        self._options = None
         self._described = None
         return self
 
@@ -163,23 +161,21 @@ class NpuBackend(functools.partial):
 
     def description(self) -> str:
         """The text equality and hashing compare: the configuration's options described as
-        the cache key describes them, then the custom decompositions. Kept until an option
-        changes (read per comparison: Dynamo compares on every call of code another equal
-        backend compiled)."""
+        the cache key describes them, then the custom decompositions. Kept while no option
+        was assigned (anywhere in the process) and no list or dict value changed in place:
+        Dynamo compares backends on every call of code that another, equal backend
+        compiled."""
+        config, cached = self.keywords["compiler_config"], self._described
+        if cached is not None and config.unchanged_since(cached[0]):
+            return cached[1]
         from ..cache.identity import callable_identity, config_parts
 
-        config = self.keywords["compiler_config"]
-        if self._options is None:
-            self._options = [opt for _, opt in config.leaves()]
-        stamp = [copy.deepcopy(o._raw) if isinstance(o._raw, (list, dict, set)) else o._raw
-                 for o in self._options]
-        if self._described is not None and self._described[0] == stamp:
-            return self._described[1]
         if self._custom_text is None:
             self._custom_text = sorted(f"{_op_name(op)}={callable_identity(fn)}"
                                        for op, fn in self._custom.items())
+        revision = config.revision()
         text = "\n".join(config_parts(config) + ["custom_decompositions:"] + self._custom_text)
-        self._described = (stamp, text)
+        self._described = (revision, text)
         return text
 
     def __eq__(self, other):
@@ -187,6 +183,9 @@ class NpuBackend(functools.partial):
             return True
         if type(other) is not type(self):
             return NotImplemented
+        if (self.keywords["compiler_config"] is other.keywords["compiler_config"]
+                and self._custom == other._custom and self._thread_rank == other._thread_rank):
+            return self.func is other.func  # one config object: described alike
         return (self.func is other.func and self._thread_rank == other._thread_rank
                 and self.description() == other.description())
 
