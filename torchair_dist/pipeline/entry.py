@@ -171,7 +171,7 @@ class NpuBackend(functools.partial):
         from ..cache.identity import callable_identity, config_parts
 
         if self._custom_text is None:
-            self._custom_text = sorted(f"{_op_name(op)}={callable_identity(fn)}"
+            self._custom_text = sorted(f"{_op_key(op)}={callable_identity(fn)}"
                                        for op, fn in self._custom.items())
         revision = config.revision()
         text = "\n".join(config_parts(config) + ["custom_decompositions:"] + self._custom_text)
@@ -196,20 +196,14 @@ class NpuBackend(functools.partial):
         return f"NpuBackend({self.keywords['compiler_config']!r})"
 
 
-def _op_name(op) -> str:
-    """An operator key of a decomposition table by its registered name (``aten::add.Tensor``:
-    the op objects do not pickle); another key by its ``repr``."""
-    if isinstance(op, torch._ops.OpOverload):
-        return op.name()
-    if isinstance(op, torch._ops.OpOverloadPacket):
-        return f"{op._qualified_op_name} (all overloads)"
-    return repr(op)
-
-
 def _op_key(op):
-    """A decomposition key as pickling stores it: an op by its name, anything else as is."""
-    if isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return ("op", _op_name(op))
+    """A decomposition table's key as pickling stores it (the op objects do not pickle) and
+    equality describes it: an op overload or packet by its name (``aten.add.Tensor``,
+    ``aten.add``), anything else as it is."""
+    if isinstance(op, torch._ops.OpOverload):
+        return ("overload", str(op))
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return ("packet", str(op))
     return ("key", op)
 
 
@@ -217,11 +211,9 @@ def _op_from_key(key):
     kind, value = key
     if kind == "key":
         return value
-    name, packet, _ = value.partition(" (all overloads)")
-    namespace, _, rest = name.partition("::")
-    op, _, overload = rest.partition(".")
-    found = getattr(getattr(torch.ops, namespace), op)
-    return found if packet == " (all overloads)" else getattr(found, overload or "default")
+    namespace, name, *overload = value.split(".")
+    packet = getattr(getattr(torch.ops, namespace), name)
+    return packet if kind == "packet" else getattr(packet, overload[0])
 
 
 def _rebuild_backend(compiler_config: CompilerConfig, custom) -> NpuBackend:
