@@ -43,6 +43,9 @@ LEVELS = {
     "torchair_dist.pipeline.aot": 4, "torchair_dist.tools.fx_summary": 4, "torchair_dist.ge": 4,
     "torchair_dist.pipeline.entry": 5,
     "torchair_dist.pipeline.dynamo_export": 6, "torchair_dist.cache.": 6,
+    # the one describer of values and callables (and the groups it names by ranks): below the
+    # backend entry, whose backends compare equal by their configs' descriptions
+    "torchair_dist.cache.identity": 4, "torchair_dist.cache.groups": 4,
     "torchair_dist.tools.docs": 6, "torchair_dist.inference": 6,
     "torchair_dist.compat.names": 6, "torchair_dist.compat.surface": 6,
     "torchair_dist.compat.alias": 0,  # errors only; the rest by name, when installed

@@ -334,10 +334,19 @@ def test_only_the_stage_table_reads_a_gate_and_only_platform_names_a_platform():
     assert not found, "\n".join(found)
 
 
-def test_mode_argument_gets_the_option_check_and_the_deprecation():
+def test_mode_argument_does_not_replace_the_configured_mode():
+    """torch.compile(mode="reduce-overhead") on a max-autotune config: the configuration's mode
+    runs, a UserWarning names both (no deprecation: reduce-overhead does not run)."""
+    from torchair_dist.pipeline import route
     from torchair_dist.pipeline.entry import _npu_backend
 
     gm = torch.fx.symbolic_trace(lambda t: (t + 1,))
-    with pytest.warns(DeprecationWarning, match="reduce-overhead"):
+    with warnings.catch_warnings(record=True) as caught, route.record_graphs() as graphs:
+        warnings.simplefilter("always")
         _npu_backend(gm, [torch.ones(2)], compiler_config=CompilerConfig(), decompositions={},
                      mode="reduce-overhead")
+    assert [g.config.mode.raw for g in graphs] == ["max-autotune"]
+    texts = [f"{w.category.__name__}: {w.message}" for w in caught]
+    assert any(t.startswith("UserWarning") and "mode='reduce-overhead'" in t
+               and "'max-autotune' runs" in t for t in texts), texts
+    assert not any(t.startswith("DeprecationWarning") for t in texts), texts

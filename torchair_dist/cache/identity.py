@@ -230,6 +230,12 @@ def describe_value(value: Any, names: Optional[frozenset] = None, depth: int = 0
     return f"{type(value).__qualname__}{_attributes(value, names, depth)}"
 
 
+def config_parts(config) -> List[str]:
+    """A ``CompilerConfig`` as text: every option by :func:`describe_value` (the model key's
+    part for the config, and what makes two backends equal)."""
+    return [f"{k}={describe_value(v)}" for k, v in sorted(config.as_dict().items())]
+
+
 def code_objects(code: types.CodeType):
     yield code
     for const in code.co_consts:

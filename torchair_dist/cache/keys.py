@@ -18,7 +18,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from .groups import describe, module_groups
-from .identity import callable_identity, code_objects, describe_value, file_digest
+from .identity import (callable_identity, code_objects, config_parts,
+                       describe_value, file_digest)
 from .store import FORMAT_VERSION
 
 
@@ -53,11 +54,6 @@ def _module_file(name: str) -> pathlib.Path:
     if spec is None or not spec.origin:
         raise RuntimeError(f"{name}: no source file to key the compile cache on")
     return pathlib.Path(spec.origin)
-
-
-def config_parts(config) -> List[str]:
-    """The config's part of the model key: every option by :func:`describe_value`."""
-    return [f"{k}={describe_value(v)}" for k, v in sorted(config.as_dict().items())]
 
 
 def _state_tensors(module: torch.nn.Module):

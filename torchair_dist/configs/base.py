@@ -1,10 +1,11 @@
 """The base of every config class: fixed attributes, validated assignment, value equality."""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Tuple
+import copy
+from typing import Any, Dict, Iterator, List, Tuple
 
 from ..errors import ConfigError
-from .option import Option
+from .option import Option, writes
 
 
 class ConfigBase:
@@ -85,6 +86,20 @@ class ConfigBase:
         """The value at a dotted path without counting as a read: for the pipeline's own
         bookkeeping (which stages run, which options take effect), never for using it."""
         return self.option(path)._raw
+
+    def revision(self) -> Tuple[int, List[Tuple[Option, Any]]]:
+        """A cheap mark of this config's values now, for :meth:`unchanged_since`: the
+        process's count of option assignments and a copy of every list/dict/set value (those
+        can change in place, without an assignment)."""
+        return writes(), [(opt, copy.deepcopy(opt._raw)) for _, opt in self.leaves()
+                          if isinstance(opt._raw, (list, dict, set))]
+
+    def unchanged_since(self, revision: Tuple[int, List[Tuple[Option, Any]]]) -> bool:
+        """Whether no option was assigned (in any config) and no container value changed in
+        place since ``revision`` was taken: a cached description of this config still holds.
+        About a microsecond: a backend's equality asks on every call Dynamo compares it."""
+        count, containers = revision
+        return count == writes() and all(opt._raw == value for opt, value in containers)
 
     def __eq__(self, other: object) -> bool:
         if type(self) is not type(other):

@@ -37,10 +37,27 @@ def track_option_reads() -> Iterator[Set[str]]:
             outer |= mine
 
 
+# How many times an option's value was assigned in this process, any option of any config:
+# what a cached description of a config checks to know it is still current (a backend's
+# identity, :class:`torchair_dist.pipeline.entry.NpuBackend`).
+_writes = 0
+
+
+def writes() -> int:
+    """The process-wide count of option value assignments (see ``_writes``)."""
+    return _writes
+
+
 class Option:
     """Base class: holds a validated value. Subclasses implement :meth:`_check`."""
 
     kind = "any"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "_raw":
+            global _writes
+            _writes += 1
+        object.__setattr__(self, name, value)
 
     def __init__(self, default: Any = None, doc: str = ""):
         self.doc = doc
