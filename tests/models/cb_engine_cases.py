@@ -98,5 +98,6 @@ def tokens_case(rank, world, path, mode):
     entries = [e for keys in report.values() for k, e in keys.items() if k != "*"]
     return dict(eager=eager, first=first, second=second,
                 frames_second=counters["stats"]["unique_graphs"],
-                recaptures=sum(e.get("recaptures", 0) for e in entries),
+                recapture_reasons=sorted({r for e in entries for r in e.get("capture_reasons", {})
+                                          if r.startswith(("moved", "force"))}),
                 captures=sum(e.get("captures", 0) for e in entries))
