@@ -8,6 +8,7 @@ import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 
 import torchair_dist as torchair
+from torchair_dist.backends.aclgraph.outputs import CAN_PRESERVE
 from torchair_dist.pipeline import route as compiler
 from torchair_dist.errors import ConfigError, TorchairDistError
 
@@ -311,7 +312,8 @@ def test_clone_output_gives_each_call_its_own_output(clone_output):
     first_memory = first.untyped_storage().data_ptr()
     second = opt(x)
     same = first_memory == second.untyped_storage().data_ptr()
-    assert same is not clone_output  # off: the captured output's memory each time, no copy
+    if CAN_PRESERVE:  # torch < 2.13: the CPU stand-in moves the graph, not the kept output
+        assert same is not clone_output  # off: the captured output's memory each time
     assert torch.equal(second, x + x)
     # off: kept across the second replay, the first output was moved onto a copy first
     assert torch.equal(first, x + x)

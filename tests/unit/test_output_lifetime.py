@@ -231,3 +231,23 @@ def test_a_dropped_piecewise_graph_frees_its_pieces_captures_without_the_collect
         assert all(not r.captures for r in runners)
     finally:
         gc.enable()
+
+
+def test_without_a_storage_swap_the_stand_in_moves_the_graph_and_kept_views_stay_right(
+        monkeypatch):
+    """torch 2.11 has no UntypedStorage._swap_data_ptr_: the CPU stand-in, whose graph writes
+    through its own tensors, moves them onto fresh memory and leaves the caller's untouched."""
+    from torchair_dist.backends.aclgraph import outputs
+
+    monkeypatch.setattr(outputs, "CAN_PRESERVE", False)
+    g = _model()
+    f = compile_fn(g)
+    x1, x2 = torch.randn(4, 8), torch.randn(4, 8)
+    with torch.no_grad():
+        f(x1)
+        y = f(x1)
+        ptr, v = y.untyped_storage().data_ptr(), y[0:2]
+        y2 = f(x2)
+        assert torch.equal(y, g(x1)) and torch.equal(v, g(x1)[0:2])
+        assert y.untyped_storage().data_ptr() == ptr  # the caller kept the memory
+        assert torch.equal(y2, g(x2)) and torch.equal(f(x1), g(x1))

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import torchair_dist
+from torchair_dist.base.torch_support import torch_at_least
 from torchair_dist import CompilerConfig, get_npu_backend
 
 pytestmark = pytest.mark.usefixtures("record_capture")
@@ -261,6 +262,10 @@ def test_collectives_that_keep_rows_pad_and_those_that_move_them_are_refused(one
             _compiled(fn)(x)
 
 
+@pytest.mark.skipif(not torch_at_least(2, 13), reason=(
+    "torch 2.11's Dynamo cannot trace transformers' SDPA call under backed_size_oblivious "
+    "('Could not guard on data-dependent expression Eq(3, u0)'); the serving loop runs on "
+    "torch >= 2.13"))
 def test_a_llama_decode_step_on_a_slot_cache_is_proven_and_padded_like_eager(one_rank_group,
                                                                               tmp_path):
     """transformers' Llama decode (the serving loop's step) is accepted: what it does across

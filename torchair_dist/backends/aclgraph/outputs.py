@@ -33,6 +33,18 @@ from ...errors import TorchairDistError
 from . import report
 
 use_count = torch._C._storage_Use_Count
+# Moving a storage onto a copy needs UntypedStorage._swap_data_ptr_ (torch 2.13 has it, 2.11
+# has not). Without it the CPU record stand-in, whose graph writes through its own tensor
+# objects, moves the graph onto fresh memory instead (the caller keeps the old, untouched);
+# a device graph writes fixed addresses, so a device runner copies every output on every call
+# (NO_PRESERVE_MESSAGE).
+CAN_PRESERVE = hasattr(torch.UntypedStorage, "_swap_data_ptr_")
+NO_PRESERVE_MESSAGE = (
+    f"torch {torch.__version__} cannot move a kept output's storage onto a copy "
+    "(UntypedStorage._swap_data_ptr_, in torch 2.13 and later): on this device npugraph_ex / "
+    "reduce-overhead copy every output on every call instead (as "
+    "debug.aclgraph.enable_output_clone=True does), so outputs kept across calls stay right; "
+    "upgrade torch to hand them out without copies")
 
 
 class StaleOutputError(TorchairDistError, RuntimeError):
@@ -70,8 +82,11 @@ def keep(held: Held) -> None:
     caller = held.tensors[0].untyped_storage()
     fresh = torch.empty(caller.nbytes(), dtype=torch.uint8,
                         device=caller.device).untyped_storage()
-    fresh.copy_(caller)
-    caller._swap_data_ptr_(fresh)  # caller: the copy; fresh: the graph's memory
+    if CAN_PRESERVE:
+        fresh.copy_(caller)
+        caller._swap_data_ptr_(fresh)  # caller: the copy; fresh: the graph's memory
+    # else (the CPU stand-in on an older torch): the caller keeps the memory, the graph's
+    # tensors move onto the fresh storage, which the replay writes
     for t in held.tensors:
         with torch.inference_mode(t.is_inference()), torch.no_grad():
             t.set_(fresh, t.storage_offset(), t.size(), t.stride())

@@ -32,6 +32,7 @@ from ...platform.interfaces import CaptureFactory
 from ..context import GraphContext
 from . import report
 from .entry_code import key_and_entry
+from . import outputs as outputs_module
 from .outputs import PoolOutputs, capture_outputs, hand_out, pool_outputs_of
 from .sizes import DeclaredSizes
 from .rules import CaptureSkipped, find_uncapturable, skip_message
@@ -103,6 +104,11 @@ class AclGraphRunner:
         self.graph_factory = graph_factory
         self.clone_input = cfg.get("debug.aclgraph.clone_input")
         self.clone_output = cfg.get("debug.aclgraph.enable_output_clone")
+        if not self.clone_output and not outputs_module.CAN_PRESERVE and any(
+                isinstance(x, torch.Tensor) and x.device.type != "cpu"
+                for x in ctx.example_inputs):
+            warnings.warn(outputs_module.NO_PRESERVE_MESSAGE, UserWarning, stacklevel=2)
+            self.clone_output = True
         self.capture_limit = cfg.get("debug.aclgraph.static_capture_size_limit")
         self.force_recapture = cfg.get("npugraphex_config.force_recapture")
         frozen = cfg.get("experimental_config.frozen_parameter")
