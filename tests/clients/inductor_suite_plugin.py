@@ -10,9 +10,9 @@
 * Tests that inspect inductor itself (its generated code, kernel counts, metrics, IR,
   ``compile_fx_inner``, AOTInductor) are skipped as not applicable, each with the construct
   that makes it so (:data:`INDUCTOR_ONLY`), found in the test's own source.
-* Each failure is classified (:func:`classify`) from the exception itself; every test's outcome,
-  category, first error line and backend call count is written as JSON to the file named by
-  ``TORCHAIR_DIST_SUITE_REPORT``.
+* Each failure is classified (:func:`classify`) from the exception itself (the original one,
+  under Dynamo's wrapping); every test's outcome, category, error (type and first lines) and
+  backend call count is written as JSON to the file named by ``TORCHAIR_DIST_SUITE_REPORT``.
 * The test files are of an older PyTorch than the installed one: the one name they import that
   torch 2.13 removed (``complex_memory_overlap``) is provided as a stub that raises, so the
   files import; the only test that calls it is not applicable anyway.
@@ -55,7 +55,8 @@ REFUSALS = ("UnsupportedOpError", "UnsupportedModeError", "BackendUnavailableErr
             "UnsupportedTorchError")
 VALUE_MISMATCH = re.compile(r"not close|not equal|Mismatched elements|mismatch|The values for "
                             r"attribute|False is not true|True is not false")
-CATEGORIES = ("wrong result", "refusal", "error on symbolic sizes (GE path)",
+GE_ERROR = "error in the GE path (converter / reference executor)"
+CATEGORIES = ("wrong result", "refusal", GE_ERROR,
               "crash inside torchair_dist", "error outside torchair_dist", "timeout")
 
 _calls = [0]
@@ -143,7 +144,7 @@ def classify(exc) -> tuple[str, str]:
     if any(n in REFUSALS for n in names):
         return "refusal", detail
     if any(n == "GeRuntimeError" for n in names) or any(p in inner for p in GE_PATHS):
-        return "error on symbolic sizes (GE path)", detail
+        return GE_ERROR, detail
     if LIB in inner:
         return "crash inside torchair_dist", detail
     if isinstance(root, AssertionError) and not any(LIB in f for f in frames):
@@ -165,6 +166,9 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if call.excinfo is not None and report.failed:
         report.torchair_category = classify(call.excinfo.value)
+        root = _chain(call.excinfo.value)[-1]
+        lines = [ln.strip() for ln in str(root).splitlines() if ln.strip()][:3]
+        report.torchair_error = f"{type(root).__name__}: {' | '.join(lines)}"[:400]
 
 
 def pytest_runtest_logreport(report):
@@ -180,7 +184,7 @@ def pytest_runtest_logreport(report):
                 report.longrepr)
             rec["reason"] = reason.replace("Skipped: ", "")
         elif report.failed:
-            rec["error"] = _last_line(report)
+            rec["error"] = getattr(report, "torchair_error", None) or _last_line(report)
             cat = getattr(report, "torchair_category", None)
             if cat is None and "Timeout" in rec["error"]:
                 cat = ("timeout", "pytest-timeout")
