@@ -74,20 +74,36 @@ def _install() -> None:
 
     if not hasattr(cfx, "complex_memory_overlap"):
         cfx.complex_memory_overlap = _removed_in_torch_2_13
-    mode = os.environ.get(SWAP_ENV)
-    if not mode or getattr(cfx.compile_fx, "_torchair_dist_swap", False):
+    if getattr(cfx.compile_fx, "_torchair_dist_counted", False):
         return
-    import backend_swap
+    mode = os.environ.get(SWAP_ENV)
+    real = cfx.compile_fx
+    if mode:  # every compile by ours is counted, whether via torch.compile or compile_fx
+        import backend_swap
 
-    backend_swap.install(mode)
+        backend_swap.install(mode)
+        ours = backend_swap.our_backend
 
-    @functools.wraps(cfx.compile_fx)
+        @functools.lru_cache(maxsize=None)
+        def counted(mode_):
+            backend = ours(mode_)
+
+            def compile_with_ours(gm, example_inputs, **kwargs):
+                _calls[0] += 1
+                return backend(gm, example_inputs, **kwargs)
+
+            return compile_with_ours
+
+        backend_swap.our_backend = counted
+
+    @functools.wraps(real)
     def compile_fx(model_, example_inputs_, *args, **kwargs):
-        # inner_compile / config_patches / decompositions are inductor's: ours has none
-        _calls[0] += 1
-        return backend_swap.our_backend(mode)(model_, example_inputs_)
+        if mode:  # inner_compile / config_patches / decompositions are inductor's: not ours
+            return backend_swap.our_backend(mode)(model_, example_inputs_)
+        _calls[0] += 1  # --mode torch: inductor's own compiles are counted
+        return real(model_, example_inputs_, *args, **kwargs)
 
-    compile_fx._torchair_dist_swap = True
+    compile_fx._torchair_dist_counted = True
     cfx.compile_fx = compile_fx
 
 
