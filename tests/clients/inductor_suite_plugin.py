@@ -142,28 +142,41 @@ def _chain(exc):
 def _frames(exc):
     tb, out = exc.__traceback__, []
     while tb is not None:
-        out.append(tb.tb_frame.f_code.co_filename)
+        out.append(f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}")
         tb = tb.tb_next
     return out
 
 
+def _short(frame: str) -> str:
+    for cut in (os.sep + "site-packages" + os.sep, LIB):
+        if cut in frame:
+            return ("torchair_dist" + os.sep if cut == LIB else "") + frame.split(cut)[-1]
+    return frame
+
+
 def classify(exc) -> tuple[str, str]:
-    """(category, detail) of a test's exception; detail names the type and innermost frame."""
+    """(category, detail) of a test's exception, from the original exception (Dynamo wraps a
+    backend's): its type, and where it was raised. An error raised in torch code that our
+    library called (an aten op run by the reference executor, say) counts as ours, by our
+    innermost frame; the detail names the innermost frame and ours."""
     chain = _chain(exc)
     root = chain[-1]
     names = [type(e).__name__ for e in chain]
     frames = _frames(root)
     inner = frames[-1] if frames else ""
-    detail = f"{type(root).__name__} at {inner.split(os.sep + 'site-packages' + os.sep)[-1]}"
+    own = [f for f in frames if LIB in f]
+    detail = f"{type(root).__name__} at {_short(inner)}"
+    if own and own[-1] != inner:
+        detail += f" (under {_short(own[-1])})"
     if any("Timeout" in n for n in names) or "Timeout" in str(exc)[:200]:
         return "timeout", detail
     if any(n in REFUSALS for n in names):
         return "refusal", detail
-    if any(n == "GeRuntimeError" for n in names) or any(p in inner for p in GE_PATHS):
+    if any(n == "GeRuntimeError" for n in names) or (own and any(p in own[-1] for p in GE_PATHS)):
         return GE_ERROR, detail
-    if LIB in inner:
+    if own:
         return "crash inside torchair_dist", detail
-    if isinstance(root, AssertionError) and not any(LIB in f for f in frames):
+    if isinstance(root, AssertionError):
         kind = "values" if VALUE_MISMATCH.search(str(root)) or not str(root) else "other check"
         return "wrong result", f"{detail} ({kind})"
     return "error outside torchair_dist", detail
