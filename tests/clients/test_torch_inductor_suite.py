@@ -69,3 +69,37 @@ def test_an_error_raised_in_torch_code_our_executor_called_is_ours():
     except RuntimeError as exc:
         category, detail = plugin.classify(exc)
     assert category == plugin.GE_ERROR and "under torchair_dist" in detail, detail
+
+
+def test_tests_that_read_inductors_code_are_not_applicable_and_others_are():
+    def reads_code(self):
+        return run_and_get_code(self)  # noqa: F821 - only its source is read
+
+    def compares(self):
+        return self.common(abs, ())
+
+    assert "run_and_get_code" in plugin.inductor_only_reason(reads_code)
+    assert plugin.inductor_only_reason(compares) is None
+
+
+def test_summary_counts_categories_and_backend_never_called():
+    outcomes = {"a": {"outcome": "passed", "backend_calls": 2},
+                "b": {"outcome": "passed", "backend_calls": 0},
+                "c": {"outcome": "failed", "category": "refusal", "error": "E"},
+                "d": {"outcome": "skipped", "reason": plugin.NA_PREFIX + "x"}}
+    counts = runner.summarize(outcomes)
+    assert counts == {"ok": 1, "ok (backend never called)": 1, "failed": 1, "refusal": 1,
+                      "not applicable": 1, "total": 4}
+    assert "### refusal (1)" in runner.markdown("t", outcomes, counts)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("mode, called", [("max-autotune", True), ("torch", False)])
+def test_check_model_compiles_with_our_backend_when_swapped(mode, called):
+    """``check_model`` calls ``compile_fx``: swapped, that is ours (counted per test)."""
+    root = runner.find_tests_root()
+    if root is None:
+        pytest.skip(f"{runner.FILES['dynamic'][0]} not found: {runner.HOW_TO_GET}")
+    outcomes = runner.run(root, "dynamic", mode, "test_abs_dynamic_shapes_cpu", 300)
+    assert outcomes == {"DynamicShapesCpuTests::test_abs_dynamic_shapes_cpu":
+                        {"outcome": "passed", "backend_calls": 1 if called else 0}}
