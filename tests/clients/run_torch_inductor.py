@@ -51,7 +51,7 @@ def find_tests_root(given: str | None = None) -> Path | None:
 
 
 def run(root: Path, which: str, mode: str, keyword: str | None, timeout_s: int,
-        partial: str | None = None) -> dict:
+        partial: str | None = None, names: list | None = None) -> dict:
     """One pytest process over one file's CPU class with the swap for ``mode``; its outcomes
     so far are in ``partial`` (JSON, rewritten every 10 tests) while it runs."""
     path, cls = FILES[which]
@@ -66,7 +66,11 @@ def run(root: Path, which: str, mode: str, keyword: str | None, timeout_s: int,
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(partial or Path(tmp) / "report.json")
         env["TORCHAIR_DIST_SUITE_REPORT"] = str(report)
-        cmd = [sys.executable, "-m", "pytest", f"{root / path}::{cls}", "-q", "-p",
+        ids = [f"{root / path}::{n}" for n in names if n.startswith(cls + "::")] \
+            if names is not None else [f"{root / path}::{cls}"]
+        if not ids:
+            return {}
+        cmd = [sys.executable, "-m", "pytest", *ids, "-q", "-p",
                "inductor_suite_plugin", "-p", "no:cacheprovider", "--rootdir", str(root),
                "-c", os.devnull, "--timeout", str(timeout_s), "-o", "console_output_style=count"]
         if keyword:
@@ -124,6 +128,9 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=int, default=300, help="seconds per test")
     parser.add_argument("--json", help="write every test's outcome here")
     parser.add_argument("--md", help="write the counts and failure lists as markdown here")
+    parser.add_argument("--only-failed", metavar="JSON",
+                        help="run only the tests that failed in this earlier --json or "
+                        "--partial file (before/after a fix; which fail under inductor too)")
     parser.add_argument("--partial", help="keep the outcomes so far in this JSON file while "
                         "a file runs (for a long run; see --summarize)")
     parser.add_argument("--summarize", metavar="JSON",
@@ -141,10 +148,19 @@ def main(argv=None) -> int:
         return 2 if args.require else 0
     import torch
 
+    names = None
+    if args.only_failed:
+        earlier = json.loads(Path(args.only_failed).read_text())
+        tests = {n: r for v in earlier.values() if "tests" in v for n, r in v["tests"].items()} \
+            if all(isinstance(v, dict) and "tests" in v for v in earlier.values()) else earlier
+        names = sorted(n for n, r in tests.items() if r["outcome"] == "failed")
+        if not names:
+            print(f"{args.only_failed}: no failed test")
+            return 0
     results, md = {}, []
     for which in (("dynamic", "static") if args.file == "both" else (args.file,)):
         start = time.time()
-        outcomes = run(root, which, args.mode, args.keyword, args.timeout, args.partial)
+        outcomes = run(root, which, args.mode, args.keyword, args.timeout, args.partial, names)
         counts = summarize(outcomes)
         key = f"{which}/{args.mode}"
         results[key] = {"counts": counts, "tests": outcomes, "torch": torch.__version__,
