@@ -50,6 +50,7 @@ INDUCTOR_ONLY = {
     "complex_memory_overlap": "calls an inductor helper that torch 2.13 removed",
     "should_pad_bench": "calls inductor's pad_mm heuristic",
     "inner_fn_str": "reads inductor IR's inner_fn_str",
+    "inductor_wrapper_call": "looks for inductor's profiler mark (profiler_mark_wrapper_call)",
 }
 REFUSALS = ("UnsupportedOpError", "UnsupportedModeError", "BackendUnavailableError",
             "UnsupportedTorchError")
@@ -196,7 +197,8 @@ def pytest_runtest_makereport(item, call):
     if call.excinfo is not None and report.failed:
         report.torchair_category = classify(call.excinfo.value)
         root = _chain(call.excinfo.value)[-1]
-        lines = [ln.strip() for ln in str(root).splitlines() if ln.strip()][:3]
+        lines = [ln.strip() for ln in str(root).splitlines() if ln.strip() and not
+                 ln.startswith(("To execute this test", "python test/"))][:3]
         report.torchair_error = f"{type(root).__name__}: {' | '.join(lines)}"[:400]
 
 
