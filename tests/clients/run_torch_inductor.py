@@ -112,7 +112,7 @@ def markdown(title: str, outcomes: dict, counts: dict) -> str:
         bad = sorted((n, r) for n, r in outcomes.items() if r.get("category") == cat)
         if bad:
             lines += ["", f"### {cat} ({len(bad)})", ""]
-            lines += [f"- `{n}` — {r.get('detail', '')}: {r.get('error', '')[:200]}"
+            lines += [f"- `{n}` — {r.get('detail', '')}: {r.get('error', '')[:400]}"
                       for n, r in bad]
     return "\n".join(lines) + "\n"
 
