@@ -61,6 +61,7 @@ CATEGORIES = ("wrong result", "refusal", GE_ERROR,
               "crash inside torchair_dist", "error outside torchair_dist", "timeout")
 
 _calls = [0]
+_compiler = [None]  # who the counted compiles went to: "torchair_dist <mode>" or "inductor"
 _outcomes: dict = {}
 _per_test_calls: dict = {}
 
@@ -91,6 +92,7 @@ def _install() -> None:
 
             def compile_with_ours(gm, example_inputs, **kwargs):
                 _calls[0] += 1
+                _compiler[0] = f"torchair_dist {mode_}"
                 return backend(gm, example_inputs, **kwargs)
 
             return compile_with_ours
@@ -102,6 +104,7 @@ def _install() -> None:
         if mode:  # inner_compile / config_patches / decompositions are inductor's: not ours
             return backend_swap.our_backend(mode)(model_, example_inputs_)
         _calls[0] += 1  # --mode torch: inductor's own compiles are counted
+        _compiler[0] = "inductor"
         return real(model_, example_inputs_, *args, **kwargs)
 
     compile_fx._torchair_dist_counted = True
@@ -208,6 +211,8 @@ def pytest_runtest_logreport(report):
             (report.when == "teardown" and report.outcome == "failed"):
         rec = {"outcome": report.outcome,
                "backend_calls": _per_test_calls.get(report.nodeid, 0)}
+        if rec["backend_calls"]:
+            rec["compiler"] = _compiler[0]
         if hasattr(report, "wasxfail"):
             rec["xfail"] = True
         if report.outcome == "skipped":

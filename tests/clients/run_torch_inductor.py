@@ -5,6 +5,7 @@ print the counts per failure category.
     python tests/clients/run_torch_inductor.py --mode npugraph_ex --file static
     python tests/clients/run_torch_inductor.py --mode torch -k "test_abs or test_cat"
     python tests/clients/run_torch_inductor.py --mode max-autotune --json out.json --md out.md
+    python tests/clients/run_torch_inductor.py --mode torch --only-failed out.json  # inductor
 
 The files are ``test/inductor/test_torchinductor.py`` (class ``CpuTests``: every program of its
 ``CommonTemplate``, compiled with static shapes) and ``test/inductor/
