@@ -114,12 +114,34 @@ def _install() -> None:
 _install()
 
 
+def _sources(func, depth: int = 8) -> str:
+    """The source of a test function and of what it wraps: ``__wrapped__``, and the functions in
+    its defaults and closure (the files' ``copy_tests`` passes the template's test as a default
+    argument and replaces ``__dict__``, which drops ``__wrapped__``)."""
+    seen, todo, out = set(), [func], []
+    while todo and depth:
+        depth -= 1
+        nxt = []
+        for f in todo:
+            if not callable(f) or id(f) in seen:
+                continue
+            seen.add(id(f))
+            f = getattr(f, "__func__", f)
+            try:
+                out.append(inspect.getsource(f))
+            except (OSError, TypeError):
+                pass
+            cells = [c.cell_contents for c in (getattr(f, "__closure__", None) or ())
+                     if c.cell_contents is not None]
+            nxt += [getattr(f, "__wrapped__", None), *(getattr(f, "__defaults__", None) or ()),
+                    *cells]
+        todo = [f for f in nxt if inspect.isfunction(f) or inspect.ismethod(f)]
+    return "\n".join(out)
+
+
 def inductor_only_reason(func) -> str | None:
     """Why the test function checks inductor itself (None when it checks results)."""
-    try:
-        src = inspect.getsource(inspect.unwrap(func))
-    except (OSError, TypeError):
-        return None
+    src = _sources(func)
     for token, why in INDUCTOR_ONLY.items():
         if token in src:
             return why

@@ -81,6 +81,12 @@ def test_tests_that_read_inductors_code_are_not_applicable_and_others_are():
     assert "run_and_get_code" in plugin.inductor_only_reason(reads_code)
     assert plugin.inductor_only_reason(compares) is None
 
+    def copied(self, value=reads_code):  # as the files' copy_tests makes each class's test
+        return value(self)
+
+    copied.__dict__ = {}  # copy_tests replaces __dict__: no __wrapped__ left
+    assert "run_and_get_code" in plugin.inductor_only_reason(copied)
+
 
 def test_summary_counts_categories_and_backend_never_called():
     outcomes = {"a": {"outcome": "passed", "backend_calls": 2},
