@@ -142,22 +142,16 @@ def conv3d_then_flatten_on_dynamic_batch(x, w):
     return y.reshape(y.size(0), -1) * 2, y.flatten(1).std(1)
 
 
-# npugraph_ex: the forward graph's output is read after the next call's replay (a graph
-# break at autograd.grad between forward and backward; the aclgraph area's, not GE's)
-_STALE = {("npugraph_ex", True): "StaleOutputError: a graph-broken autograd.grad reads the "
-          "forward graph's output after the next call's replay"}
-
 
 @program(lambda n: [_leaf(randn(2 + n, 3, 6 + n, 7, n=n)), _leaf(randn(4, 3, 3, 3, n=n + 1))],
-         dynamic_sizes=True, known_wrong=_STALE)
+         dynamic_sizes=True)
 def conv_backward_on_dynamic_sizes(x, w):
     y = F.conv2d(x, w, padding=1, stride=2)
     gx, gw = torch.autograd.grad((y * y).sum(), (x, w))
     return y.detach(), gx, gw
 
 
-@program(lambda n: [_leaf(randn(2 + n, 3, 8 + 2 * n, 9, n=n))], dynamic_sizes=True,
-         known_wrong=_STALE)
+@program(lambda n: [_leaf(randn(2 + n, 3, 8 + 2 * n, 9, n=n))], dynamic_sizes=True)
 def avg_pool_backward_on_dynamic_sizes(x):
     y = F.avg_pool2d(x, 3, stride=2, padding=1)
     z = F.avg_pool1d(x.flatten(2), 4, stride=3)

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from ...base.layout import clone_keeping_views, copy_into, written_part
+from ...platform import for_device
 from ...platform.interfaces import CaptureFactory
 from ..context import GraphContext
 from . import report
@@ -105,7 +106,7 @@ class AclGraphRunner:
         self.clone_input = cfg.get("debug.aclgraph.clone_input")
         self.clone_output = cfg.get("debug.aclgraph.enable_output_clone")
         if not self.clone_output and not outputs_module.CAN_PRESERVE and any(
-                isinstance(x, torch.Tensor) and x.device.type != "cpu"
+                isinstance(x, torch.Tensor) and not for_device(x.device.type).uses_stand_ins
                 for x in ctx.example_inputs):
             warnings.warn(outputs_module.NO_PRESERVE_MESSAGE, UserWarning, stacklevel=2)
             self.clone_output = True
