@@ -251,21 +251,11 @@ def plot(path, rows, args) -> None:
     import matplotlib.pyplot as plt
     import torch
 
+    import serve_report
+
     done = [r for r in rows if r["status"] == "ok"]
-    names = [r["variant"].replace("+", "+\n") for r in done]
     fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(12, 4.5))
-    ax_t.bar(names, [r["tokens_per_s"] for r in done], color="tab:blue")
-    ax_t.set_ylabel("tokens / s")
-    ax_t.set_title("throughput")
-    x = range(len(done))
-    ax_l.bar([i - 0.2 for i in x], [r["p50_ms"] for r in done], 0.4, label="p50")
-    ax_l.bar([i + 0.2 for i in x], [r["p99_ms"] for r in done], 0.4, label="p99")
-    ax_l.set_xticks(list(x), names)
-    ax_l.set_ylabel("ms between a request's tokens")
-    ax_l.set_title("per-token latency")
-    ax_l.legend()
-    for ax in (ax_t, ax_l):
-        ax.tick_params(axis="x", labelsize=7, rotation=30)
+    serve_report.throughput_and_latency(ax_t, ax_l, done)
     fig.suptitle(f"transformers' continuous batching, Llama {args.preset}, {args.requests} "
                  f"requests, token sizes {token_sizes(args)}; torch {torch.__version__}, "
                  f"{datetime.date.today().isoformat()}", fontsize=9)

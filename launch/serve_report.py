@@ -84,18 +84,9 @@ def write_json(path: str, everything: List[Dict], args) -> None:
                   indent=1, default=str)
 
 
-def plot(path: str, rows: List[Dict], args) -> None:
-    """Per variant: tokens/s and p50/p99 per-token latency bars; graph memory against the
-    number of captured sizes (where capture_report gives bytes)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import torch
-
-    done = [r for r in rows if r["status"] == "ok"]
+def throughput_and_latency(ax_t, ax_l, done: List[Dict]) -> None:
+    """Per variant: tokens/s bars on ``ax_t``, p50/p99 per-token latency bars on ``ax_l``."""
     names = [r["variant"].replace("+", "+\n") for r in done]
-    fig, (ax_t, ax_l, ax_m) = plt.subplots(1, 3, figsize=(16, 4.8))
     ax_t.bar(names, [r["tokens_per_s"] for r in done], color="tab:blue")
     ax_t.set_ylabel("tokens / s")
     ax_t.set_title("throughput")
@@ -108,6 +99,20 @@ def plot(path: str, rows: List[Dict], args) -> None:
     ax_l.legend()
     for ax in (ax_t, ax_l):
         ax.tick_params(axis="x", labelsize=7, rotation=30)
+
+
+def plot(path: str, rows: List[Dict], args) -> None:
+    """Per variant: tokens/s and p50/p99 per-token latency bars; graph memory against the
+    number of captured sizes (where capture_report gives bytes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    done = [r for r in rows if r["status"] == "ok"]
+    fig, (ax_t, ax_l, ax_m) = plt.subplots(1, 3, figsize=(16, 4.8))
+    throughput_and_latency(ax_t, ax_l, done)
     plotted = False
     for r in done:
         pts = [(n, b) for n, b in r.get("memory_points", []) if b is not None]

@@ -53,31 +53,31 @@ def _is_view(node: torch.fx.Node) -> bool:
         r.alias_info is not None and not r.alias_info.is_write for r in target._schema.returns)
 
 
-def _base_of(node: torch.fx.Node) -> Optional[torch.fx.Node]:
-    """The first node that is not a view, walking back from ``node`` through views of their
-    first argument; None when ``node`` is not a view or its base is a graph input (AOT
-    already regenerates views of inputs)."""
-    if not _is_view(node):
-        return None
+def _root(node: torch.fx.Node) -> Optional[torch.fx.Node]:
+    """The first node that is not a view, walking back from the view ``node`` through views
+    of their first argument (None where a view's source is not a node)."""
     base = node
     while _is_view(base):
         src = base.args[0]
         if not isinstance(src, torch.fx.Node):
             return None
         base = src
-    return None if base.op == "placeholder" else base
+    return base
+
+
+def _base_of(node: torch.fx.Node) -> Optional[torch.fx.Node]:
+    """:func:`_root` of a view; None when ``node`` is not a view or its base is a graph input
+    (AOT already regenerates views of inputs)."""
+    base = _root(node) if _is_view(node) else None
+    return None if base is None or base.op == "placeholder" else base
 
 
 def views_an_input(node: Any) -> bool:
     """Whether ``node`` is a view (through views of their first argument) of a graph input."""
     if not isinstance(node, torch.fx.Node) or not _is_view(node):
         return False
-    base = node
-    while _is_view(base):
-        base = base.args[0]
-        if not isinstance(base, torch.fx.Node):
-            return False
-    return base.op == "placeholder"
+    base = _root(node)
+    return base is not None and base.op == "placeholder"
 
 
 def check_input_views(gm: torch.fx.GraphModule, layouts: List[Any], graph_name: str) -> None:
