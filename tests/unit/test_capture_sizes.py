@@ -53,7 +53,13 @@ def test_declared_sizes_are_captured_at_the_first_call_largest_first(runners):
     assert sum(k["captures"] for k in keys.values()) == 3
     assert sum(k["replays"] for k in keys.values()) == 5  # the first call replays too
     for entry in keys.values():
-        assert entry["capture_time_s"] > 0 and entry["capture_bytes"] > 0
+        assert entry["capture_time_s"] > 0
+    # the pool model: the largest capture reserves its blocks, the smaller ones fit in them
+    added = {name: entry["capture_bytes"] for name, entry in keys.items()}
+    assert added["[8, (8, 16)]"] > 0 and added["[4, (4, 16)]"] == added["[2, (2, 16)]"] == 0, \
+        added
+    (summary,) = torchair_dist.capture_summary().values()
+    assert summary["pool_bytes"] == added["[8, (8, 16)]"]
 
 
 def test_padding_to_the_next_declared_size_where_rows_are_independent(runners):

@@ -9,6 +9,7 @@ import torchair_dist
 from torchair_dist.backends.aclgraph.capture import DeviceGraph
 from torchair_dist.pipeline.route import record_graphs
 from torchair_dist.platform import Platform
+from torchair_dist.platform.interfaces import InputFeed
 from torchair_dist.streams import StreamApiError, npu_stream_switch
 from torchair_dist.streams import runtime
 from torchair_dist.streams.stream_ops import ops
@@ -164,7 +165,8 @@ def test_event_recorded_inside_a_capture_is_external_and_the_users_event_is_rere
         return [args[0]]
 
     graph = DeviceGraph(plat)
-    graph.capture(forward, [torch.ones(1)])
+    buffers = [torch.ones(1)]
+    graph.capture(forward, buffers, InputFeed(buffers, (0,)))
     warm_stream, capture_stream = seen
     # the warm-up ran on the capture stream, not on a throwaway side stream
     assert warm_stream is capture_stream is dev.captured_on and warm_stream is not dev.default
@@ -172,8 +174,8 @@ def test_event_recorded_inside_a_capture_is_external_and_the_users_event_is_rere
     private = runtime.event_for("g0_event0", capturing=True)
     assert private is not user_event and private.external
     assert private.records == [capture_stream], "inside the capture: the external event"
-    graph.replay()
-    graph.replay()
+    graph.replay([torch.ones(1)])
+    graph.replay([torch.ones(1)])
     assert user_event.records[1:] == [dev.default, dev.default], \
         "each replay re-records the user's event on the caller's stream"
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Optional, Sequence
 import torch
 
 from ..base.envvars import CPU_CAPTURE_ENV, env_choice
-from ..platform.interfaces import CaptureFactory, CaptureGraph
+from ..platform.interfaces import CaptureFactory, CaptureGraph, InputFeed
 
 log = logging.getLogger("torchair_dist")
 
@@ -35,13 +35,15 @@ class EmulatedGraph(CaptureGraph):
         self.fn: Optional[Callable] = None
         self.inputs: List[Any] = []
         self.outputs: Sequence[Any] = ()
+        self.feed: Optional[InputFeed] = None
 
-    def capture(self, fn: Callable, inputs: List[Any]) -> Sequence[Any]:
-        self.fn, self.inputs = fn, inputs
+    def capture(self, fn: Callable, inputs: List[Any], feed: InputFeed) -> Sequence[Any]:
+        self.fn, self.inputs, self.feed = fn, inputs, feed
         self.outputs = fn(list(inputs))
         return self.outputs
 
-    def replay(self, inputs=None) -> None:
+    def replay(self, args) -> None:
+        self.feed(args)
         fresh = self.fn(list(self.inputs))
         for static, new in zip(self.outputs, fresh):
             if isinstance(static, torch.Tensor) and static is not new:

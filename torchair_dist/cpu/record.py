@@ -46,6 +46,7 @@ from ..base.layout import copy_into
 from ..platform.interfaces import CaptureGraph, CaptureSkipped, Uncapturable
 from ..passes.stream_rewrite import where
 from ..base.util import without_function_modes
+from ..passes.graph_info import mutated_input_indices
 from .bindings import fast_call as _fast_call
 from .concurrency import reordered_body, stream_order
 from .record_pool import RecordPool, peak_bytes
@@ -248,17 +249,15 @@ def _find_out_overload(func) -> Optional[torch._ops.OpOverload]:
 class RecordGraph(CaptureGraph):
     """Capture by recording dispatched ops; replay re-issues them on the captured buffers.
 
-    ``fed_inputs`` (told by :meth:`feed` before :meth:`capture`; None: all): the input
-    positions a replay reads from the list it is given; every other input is read from its
-    captured buffer."""
-
-    executes_capture = True  # capture really runs the graph (the runner can undo a skip)
-    reads_caller_inputs = True  # run(inputs): copied inputs are read where the caller has them
+    The feed's positions (:class:`~torchair_dist.platform.interfaces.InputFeed`) are the inputs
+    a replay reads from the caller's list when the buffers are the runner's own (the same
+    values, without the copy); otherwise the feed copies them into the buffers first, as on a
+    device. Every other input is read from its captured buffer."""
 
     def __init__(self, gm: torch.fx.GraphModule, pool: Optional[RecordPool] = None):
         self.gm = gm
         self.pool = pool
-        self.fed_inputs: Optional[Sequence[int]] = None
+        self.feed = None
         self.outputs: Sequence[Any] = ()
         self.pool_outputs: List[torch.Tensor] = []
         self.source = ""
@@ -266,32 +265,44 @@ class RecordGraph(CaptureGraph):
         self.stream_order = "program"  # the order replays run the streams in (see .concurrency)
         self.run: Optional[Callable[[List[Any]], None]] = None
         self.peak_bytes: Optional[int] = None
+        self.added_bytes: Optional[int] = None
+        self.reads_caller = False
         self._buffers: List[Any] = []
         self._consts: List[Any] = []
 
-    def feed(self, indices: Optional[Sequence[int]]) -> None:
-        self.fed_inputs = indices
-
-    def capture(self, fn: Callable, inputs: List[Any]) -> Sequence[Any]:
+    def capture(self, fn: Callable, inputs: List[Any], feed) -> Sequence[Any]:
         """Run the graph once on ``inputs`` (the captured buffers), recording its ops; returns
-        this call's outputs, which are also the captured output tensors. Raises
-        :class:`CaptureSkipped` when the graph makes a host-side call."""
+        this call's outputs, which are also the captured output tensors. A host-side call
+        stops it with :class:`CaptureSkipped`, the inputs it wrote restored first (a device
+        capture runs nothing, so the caller's uncaptured run applies them once)."""
+        self.feed = feed
+        self.reads_caller = feed.private
+        mutated = [i for i in mutated_input_indices(self.gm)
+                   if i < len(inputs) and isinstance(inputs[i], torch.Tensor)]
+        saved = {i: inputs[i].clone() for i in mutated}
         tracker = _NodeTracker(self.gm)
         recorder = _Recorder()
-        with HostCallGuard(tracker.where).active(), recorder, torch.no_grad():
-            outputs = tracker.run(*inputs)
+        try:
+            with HostCallGuard(tracker.where).active(), recorder, torch.no_grad():
+                outputs = tracker.run(*inputs)
+        except CaptureSkipped:
+            with torch.no_grad():
+                for i, value in saved.items():
+                    inputs[i].copy_(value)
+            raise
         outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
-        self._build(inputs, recorder.entries, outputs)
+        self._build(inputs, recorder.entries, outputs, feed.positions)
         self.outputs = outputs
         self._buffers = list(inputs)
-        if self.pool is not None:
-            self.pool.add(self)
+        self.added_bytes = self.peak_bytes if self.pool is None else \
+            self.pool.add(self, self.peak_bytes)
         return outputs
 
-    def _build(self, inputs, entries, outputs) -> None:
+    def _build(self, inputs, entries, outputs, fed) -> None:
         """Generate ``run(A)``: the recorded ops, then each captured output that no op wrote
-        in place refreshed from its new value, all with grad mode off."""
-        gen = _Codegen(inputs, self.fed_inputs)
+        in place refreshed from its new value, all with grad mode off; ``A``'s positions
+        ``fed`` are read from it, the other inputs are the captured buffers."""
+        gen = _Codegen(inputs, fed)
         counter = itertools.count()
         storages = {x.untyped_storage().data_ptr() for x in inputs
                     if isinstance(x, torch.Tensor)}
@@ -329,23 +340,28 @@ class RecordGraph(CaptureGraph):
         exec(compile(self.source, "<torchair_dist record replay>", "exec"), namespace)  # noqa: S102
         # ``make`` is taken out of its globals, and the replay reaches itself through a weak
         # reference: no reference cycle keeps a dropped graph's buffers until the collector
-        self.run = self.replay_sole = namespace.pop("make")(gen.consts)
+        self.run = namespace.pop("make")(gen.consts)
         self._consts = gen.consts
         self.peak_bytes = peak_bytes(entries, inputs, outputs)
         self.ops = [entry[0] for entry in entries]  # what a replay issues, in order
 
     def pool_bytes(self) -> Optional[int]:
-        """The model of this graph's share of a device pool: the most bytes its recorded ops
-        hold at once (each allocation live from the op that makes it to its last reader; the
-        outputs to the end), inputs excluded."""
-        return self.peak_bytes
+        """The model of what this capture added to a device pool: the most bytes its recorded
+        ops hold at once (each allocation live from the op that makes it to its last reader;
+        the outputs to the end), inputs excluded, less what its pool already held."""
+        return self.added_bytes
 
-    def replay(self, inputs: Optional[List[Any]] = None) -> None:
-        """Re-issue the recorded ops on ``inputs`` (default: the captured buffers)."""
-        self.run(self._buffers if inputs is None else inputs)
+    def replay(self, args: Sequence[Any]) -> None:
+        """Re-issue the recorded ops: reading the caller's ``args`` at the fed positions when
+        the buffers are the runner's own, else on the buffers after the feed copied them."""
+        if self.reads_caller:
+            self.run(args)
+        else:
+            self.feed(args)
+            self.run(self._buffers)
         pool = self.pool
-        if pool is not None and pool.graphs and pool.graphs[-1]() is not self:  # a later one
-            pool.clobber_after(self)
+        if pool is not None:
+            pool.replayed(self)
 
 
 _VALUE = re.compile(r"\bv\d+\b")

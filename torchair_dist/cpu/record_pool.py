@@ -14,26 +14,43 @@ from .concurrency import _tensors, poison
 
 
 class RecordPool:
-    """The memory pool shared by the record graphs (:class:`.record.RecordGraph`) of one
-    runner (see the module doc)."""
+    """The memory pool shared by record graphs (:class:`.record.RecordGraph`), see the module
+    doc. ``reserved``: the bytes the pool holds (the largest capture's peak: a device pool
+    keeps its blocks and hands them to the next capture)."""
 
     def __init__(self):
         self.graphs: List[weakref.ref] = []
+        self.reserved = 0
+        # graphs whose outputs hold a replay's values (not poisoned since): position -> graph
+        self._fresh: Dict[int, weakref.ref] = {}
+        self._position: Dict[int, int] = {}  # id(graph) -> its capture position
+        self._last = -1  # the position of the graph that ran last: none after it is fresh
 
-    def add(self, graph) -> None:
+    def add(self, graph, peak: int) -> int:
+        """A new capture; returns the bytes it added to the pool."""
+        self._position[id(graph)] = len(self.graphs)
+        self._fresh[len(self.graphs)] = weakref.ref(graph)
         self.graphs.append(weakref.ref(graph))
+        self._last = len(self.graphs) - 1
+        added = max(0, peak - self.reserved)
+        self.reserved = max(self.reserved, peak)
+        return added
 
-    def clobber_after(self, graph) -> None:
-        """Overwrite the pool outputs of the graphs captured after ``graph``."""
-        if self.graphs and self.graphs[-1]() is graph:
-            return  # the latest capture: none after it
-        live = [g() for g in self.graphs]
-        live = [g for g in live if g is not None]
-        if graph not in live:
+    def replayed(self, graph) -> None:
+        """``graph`` replayed: the outputs of the graphs captured after it are overwritten
+        (poisoned), once until they replay again; its own now hold its values."""
+        at = self._position.get(id(graph))
+        if at is None:
             return
-        for later in live[live.index(graph) + 1:]:
-            for out in later.pool_outputs:
-                poison(out)
+        fresh = self._fresh
+        if self._last > at:
+            for later in [k for k in fresh if k > at]:
+                other = fresh.pop(later)()
+                if other is not None:
+                    for out in other.pool_outputs:
+                        poison(out)
+        fresh[at] = self.graphs[at]
+        self._last = at
 
 
 def peak_bytes(entries, inputs, outputs) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 
 @dataclasses.dataclass
@@ -35,48 +35,69 @@ class CaptureSkipped(Exception):
         self.found = found
 
 
+@dataclasses.dataclass(frozen=True)
+class InputFeed:
+    """How a replay's caller inputs reach the buffers a graph was captured on (the runner's
+    input policy, handed to :meth:`CaptureGraph.capture`).
+
+    ``buffers``: the captured inputs (every position; parameters and mutated inputs are the
+    caller's own tensors); ``copied``: positions copied whole before each replay;
+    ``narrowed``: (position, part) for an input whose buffer is an expanded view: only
+    ``part(tensor)`` (its written part) is copied; ``always``: copy on every call (the buffers
+    are the runner's own, ``clone_input``), else only an input that arrives at another address
+    than its buffer; ``private``: the buffers are the runner's own, so no caller can see them:
+    a graph that can read the caller's tensors in place of them may."""
+
+    buffers: Sequence[Any]
+    copied: Tuple[int, ...] = ()
+    narrowed: Tuple[Tuple[int, Callable[[Any], Any]], ...] = ()
+    always: bool = True
+    private: bool = True
+
+    @property
+    def positions(self) -> Tuple[int, ...]:
+        """Every position the feed copies."""
+        return self.copied + tuple(i for i, _ in self.narrowed)
+
+    def __call__(self, args: Sequence[Any]) -> None:
+        """Copy ``args`` into the captured buffers (grad mode as the caller has it: off)."""
+        buffers = self.buffers
+        if self.always:
+            for i in self.copied:
+                buffers[i].copy_(args[i])
+        else:
+            for i in self.copied:
+                if args[i].data_ptr() != buffers[i].data_ptr():
+                    buffers[i].copy_(args[i])
+        for i, part in self.narrowed:
+            part(buffers[i]).copy_(part(args[i]))
+
+
 class CaptureGraph(abc.ABC):
-    """One captured graph: ``capture(fn, inputs)`` runs/records ``fn`` on ``inputs`` (the
-    static buffers) and returns this call's outputs; :attr:`outputs` are the captured output
-    buffers that every :meth:`replay` overwrites.
+    """One captured graph: ``capture(fn, inputs, feed)`` runs or records ``fn`` on ``inputs``
+    (the captured buffers) and returns this call's outputs; :attr:`outputs` are the captured
+    output buffers that every :meth:`replay` overwrites.
 
-    The class attributes say what the runner may rely on; a device graph keeps the defaults.
-    """
-
-    #: capture really executes ``fn`` (a stand-in can stop half way with ``CaptureSkipped``,
-    #: so the runner saves mutated inputs to restore them).
-    executes_capture: bool = False
-    #: ``run(inputs)`` replays reading the copied inputs where the caller holds them (no copy
-    #: into the static buffers); ``False``: the runner copies them and calls :meth:`replay`.
-    reads_caller_inputs: bool = False
+    What the runner relies on is the same for a device graph and a CPU stand-in: a capture
+    leaves the inputs as one run of ``fn`` leaves them (also when it stops with
+    :class:`CaptureSkipped`: a stand-in that really runs the graph undoes its input writes);
+    ``replay(args)`` makes the outputs those of ``fn(args)`` (feeding the inputs as ``feed``
+    says); :meth:`pool_bytes` is what the capture added to its memory pool."""
 
     outputs: Sequence[Any] = ()
 
-    def feed(self, indices: Optional[Sequence[int]]) -> None:
-        """The input positions the runner copies into the static buffers before each replay
-        (told before :meth:`capture`). A device graph reads its buffers and ignores this."""
-
     @abc.abstractmethod
-    def capture(self, fn: Callable, inputs: List[Any]) -> Sequence[Any]:
+    def capture(self, fn: Callable, inputs: List[Any], feed: InputFeed) -> Sequence[Any]:
         ...
 
     @abc.abstractmethod
-    def replay(self, inputs: Optional[List[Any]] = None) -> None:
-        """Recompute into :attr:`outputs`. ``inputs`` (only when :attr:`reads_caller_inputs`):
-        the caller's inputs, read at the fed positions instead of the static buffers."""
-
-    #: :meth:`pool_bytes` is what this capture *added* to a pool shared with earlier ones (a
-    #: device allocator's reserve), not the capture's own footprint (the CPU model's).
-    pool_bytes_incremental: bool = False
+    def replay(self, args: Sequence[Any]) -> None:
+        """Recompute into :attr:`outputs` for the caller's inputs ``args``."""
 
     def pool_bytes(self) -> Optional[int]:
-        """The bytes this graph takes in its memory pool (None: not measured)."""
+        """The bytes this capture added to its memory pool (a pool shared with earlier
+        captures: only what they did not already hold; None: not measured)."""
         return None
-
-    def replay_sole(self, inputs: List[Any]) -> None:
-        """:meth:`replay` from ``inputs`` for a capture that is alone in its memory pool (a
-        stand-in may skip the pool's bookkeeping)."""
-        self.replay(inputs)
 
 
 class CollectiveTransport:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from ...platform.interfaces import CollectiveTransport
 from ..context import Backend, Compiled, GraphContext
-from .compile import AclBuild, graph_device_type, graph_factory_for  # noqa: F401
+from .compile import AclBuild, graph_device_type  # noqa: F401
 from .report import capture_report, reset_capture_report
 
-__all__ = ["BACKEND", "AclGraphBackend", "AclBuild", "graph_factory_for", "capture_report",
+__all__ = ["BACKEND", "AclGraphBackend", "AclBuild", "capture_report",
            "reset_capture_report"]
 
 

@@ -1,18 +1,19 @@
 """Device graph capture (CUDA/NPU): a :class:`~torchair_dist.platform.interfaces.CaptureGraph`.
 
 A captured graph owns *static* buffers: the inputs it was captured on and the outputs it
-produced (``graph.outputs``). ``capture(fn, inputs)`` returns the outputs of the current call;
-``replay()`` recomputes into the static output tensors. (On CPU a stand-in from
+produced (``graph.outputs``). ``capture(fn, inputs, feed)`` returns the outputs of the current
+call; ``replay(args)`` copies the caller's inputs into the static buffers (``feed``) and
+recomputes into the static output tensors. (On CPU a stand-in from
 :mod:`torchair_dist.cpu` takes this class's place, picked by
 :mod:`torchair_dist.platform.stand_ins`.)
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
-from ...platform.interfaces import CaptureGraph
+from ...platform.interfaces import CaptureGraph, InputFeed
 from ...streams import runtime as stream_runtime
 
 _CAPTURE_STREAMS: dict = {}
@@ -21,22 +22,22 @@ _CAPTURE_STREAMS: dict = {}
 class DeviceGraph(CaptureGraph):
     """A real CUDA/NPU graph through the platform's graph class and capture context."""
 
-    pool_bytes_incremental = True  # what the capture added to the allocator's reserve
-
     def __init__(self, platform, pool=None, capture_error_mode: str = "global"):
         self.platform = platform
         self.graph = platform.graph_class()
         self.pool = pool
         self.capture_error_mode = capture_error_mode
         self.outputs: Sequence[Any] = ()
+        self.feed: Optional[InputFeed] = None
         self.user_events: List[Any] = []
         self.reserved_bytes = None
 
-    def capture(self, fn: Callable, inputs: List[Any]) -> Sequence[Any]:
+    def capture(self, fn: Callable, inputs: List[Any], feed: InputFeed) -> Sequence[Any]:
         """Warm up, then capture, both on this graph's capture stream. Capturing records
         kernels without running them, so this call's results (and its one application of any
         input mutation) come from the warm-up run; the captured outputs are only filled by
         later replays."""
+        self.feed = feed
         module = getattr(torch, self.platform.device_type)
         caller = module.current_stream()
         stream = self.capture_stream()
@@ -74,7 +75,8 @@ class DeviceGraph(CaptureGraph):
             stream = _CAPTURE_STREAMS[key] = self.platform.stream_class()
         return stream
 
-    def replay(self, inputs=None) -> None:
+    def replay(self, args) -> None:
+        self.feed(args)
         self.graph.replay()
         if self.user_events:
             caller = getattr(torch, self.platform.device_type).current_stream()

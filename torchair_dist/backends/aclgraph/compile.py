@@ -88,21 +88,6 @@ def device_factory(ctx: GraphContext) -> Optional[CaptureFactory]:
     return CaptureFactory(lambda: DeviceGraph(plat, pool if share else None, mode), share)
 
 
-def graph_factory_for(ctx: GraphContext, opaque_forward: bool = False):
-    """A zero-argument factory of capture graphs, or None to run without capture: the device's
-    graphs, else the CPU stand-in :mod:`torchair_dist.platform.stand_ins` picks.
-
-    ``opaque_forward``: the forward runs kernels the dispatcher never sees (inductor's), which
-    the CPU record stand-in cannot record (it would replay the FX graph's aten ops instead): on
-    CPU such a graph gets the emulating stand-in (fixed buffers, the forward runs per replay)."""
-    found = device_factory(ctx)
-    if found is not None:
-        return found
-    _, share = _shared_pool(ctx.config)
-    return stand_ins.capture_factory(graph_device_type(ctx), ctx.gm, ctx.graph_name, share,
-                                     opaque_forward)
-
-
 # -- the steps (the ``backend`` stages of the ACL rows) ------------------------------------
 def codegen_step(build: AclBuild) -> AclBuild:
     """``acl_codegen``: a generated straight-line forward of the runner's graph."""

@@ -25,11 +25,14 @@ replay's values (their tensor is preserved, they are not): ``.clone()`` before e
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+import warnings
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
+from ...base.layout import clone_keeping_views
 from ...errors import TorchairDistError
+from ...platform import for_device
 from . import report
 
 use_count = torch._C._storage_Use_Count
@@ -137,3 +140,42 @@ def pool_outputs_of(factory) -> PoolOutputs:
     if found is None:
         found = owner.__dict__["_pool_outputs"] = PoolOutputs()
     return found
+
+
+class OutputLifetime:
+    """The output policy of one graph (module doc): outputs handed out without copies and
+    preserved when a replay is about to reuse memory a caller still holds, or, with
+    ``debug.aclgraph.enable_output_clone`` (or a device graph on a torch that cannot move a
+    storage, with a warning), a copy of every output on every call (``copies``).
+
+    ``pool``: the :class:`PoolOutputs` of the pool the graph's captures share (None: each
+    capture in a pool of its own)."""
+
+    def __init__(self, graph: str, clone_output: bool, examples: Sequence[Any],
+                 pool: Optional[PoolOutputs]):
+        self.graph = graph
+        if not clone_output and not CAN_PRESERVE and any(
+                isinstance(x, torch.Tensor) and not for_device(x.device.type).uses_stand_ins
+                for x in examples):
+            warnings.warn(NO_PRESERVE_MESSAGE, UserWarning, stacklevel=4)
+            clone_output = True
+        self.copies = clone_output
+        self.pool = pool
+
+    def adopt(self, entry) -> None:
+        """A new capture ``entry``: its pool outputs are watched by the replays that may
+        overwrite them (its own and, in a shared pool, those of earlier captures)."""
+        entry.held = capture_outputs(self.graph, entry.outputs, entry.pool_positions)
+        entry.pool = self.pool if self.pool is not None else PoolOutputs()
+        entry.watch = entry.pool.add(entry.held)
+
+    def drop(self, entry) -> None:
+        """``entry`` is dropped (recaptured or released): memory a caller holds stays theirs."""
+        if entry.pool is not None:
+            entry.pool.remove(entry.held)
+
+    def returned(self, entry, outputs: Sequence[Any]) -> List[Any]:
+        """What a call that ran ``entry`` (captured or replayed it) returns."""
+        if self.copies:
+            return clone_keeping_views(outputs, entry.output_alias)
+        return hand_out(outputs, entry.pool_positions)

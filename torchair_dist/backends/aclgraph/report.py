@@ -47,12 +47,8 @@ _summary: Dict[str, Dict[str, Any]] = {}  # graph -> memory and batch-size count
 _events_added: Dict[str, int] = {}  # graph -> events the stream_order stage added
 
 
-def _current() -> Dict[tuple, int]:
-    return _counts
-
-
 def _bump(graph: str, key: str, what: str) -> None:
-    counts = _current()
+    counts = _counts
     counts[(graph, key, what)] = counts.get((graph, key, what), 0) + 1
 
 
@@ -148,7 +144,6 @@ def stream_events(graph: str, added: int) -> None:
 
 
 def uncaptured(graph: str, reason: str) -> None:
-    _current()
     _reasons.setdefault((graph, "*"), reason)
     _bump(graph, "*", "uncaptured_runs")
     log.debug("%s: uncaptured run, not a capture or replay (%s)", graph, reason)
@@ -157,7 +152,7 @@ def uncaptured(graph: str, reason: str) -> None:
 def capture_report() -> Dict[str, Dict[str, Dict[str, Any]]]:
     """{graph name: {graph key: counts}} for every ACL graph since the last reset."""
     out: Dict[str, Dict[str, Dict[str, Any]]] = {}
-    table = dict(_current())
+    table = dict(_counts)
     table.update({(graph, key, "replays"): cell[0] for (graph, key), cell in _cells.items()
                   if cell[0]})
     table.update(_values)

@@ -1,89 +1,43 @@
 """Capture per graph key, then replay: the ACL-graph runner.
 
-Input policy (as in TorchAir's ACL graph):
-- parameters/buffers (static inputs) are used in place, never copied;
-- mutated user inputs are used in place too (the graph writes them, so they are "written
-  back" by construction); if one arrives at a new address the key is recaptured;
-- other user inputs are copied into the captured buffers before each replay (``clone_input``);
-  with ``clone_input=False`` the graph is captured on the caller's tensors and only inputs
-  that arrive at a new address are copied.
-Outputs live in the graph's pool and are handed out without copies, valid until a replay is
-about to reuse their memory; one the caller still holds then is moved onto a copy first
-(:mod:`.outputs`), unless ``enable_output_clone`` copies every output. Captures of one graph
-share one pool; a copied input has one buffer per position, sized for the largest capture and
-viewed by every smaller one (sizes met smallest first each keep their own: one warning).
-Past ``static_capture_size_limit`` keys a new key runs eagerly (that call only, one warning);
-the keys captured keep replaying. Declared ``capture_sizes`` are captured at
-the first call, largest first, and other batch sizes padded up or run eagerly (:mod:`.sizes`).
-Each capture's time and bytes go to the capture report.
+The runner puts together one object per policy and reads top to bottom:
+
+- :class:`~.keys.CaptureKey`: which calls share a capture, and when one is made again;
+- :class:`~.inputs.InputBuffers`: which inputs are copied into captured buffers, and the
+  buffers (one per input position, sized for the largest capture);
+- :class:`~.outputs.OutputLifetime`: outputs handed out without copies, preserved when a replay
+  is about to reuse memory a caller still holds (or copied on every call);
+- :class:`~.limit.CaptureLimit`: ``static_capture_size_limit``;
+- :class:`~.sizes.DeclaredSizes`: declared ``capture_sizes``, captured at the first call,
+  largest first, other sizes padded up or run eagerly.
+
+A call whose key was captured, and whose capture needs no check per call, replays its
+:class:`~.entry.CaptureEntry` directly (one dictionary lookup: :meth:`AclGraphRunner.__call__`);
+every other call takes :meth:`AclGraphRunner._call`. Captures of one graph share one memory
+pool unless ``debug.aclgraph.disable_mempool_reuse_in_same_fx``. Each capture's time and bytes
+go to the capture report (:mod:`.report`).
 """
 from __future__ import annotations
 
-import logging
 import time
 import warnings
-import weakref
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List
 
 import torch
 
-from ...base.layout import clone_keeping_views, copy_into, written_part
-from ...platform import for_device
 from ...platform.interfaces import CaptureFactory
 from ..context import GraphContext
 from . import report
-from .entry_code import key_and_entry
-from . import outputs as outputs_module
-from .outputs import PoolOutputs, capture_outputs, hand_out, pool_outputs_of
-from .sizes import DeclaredSizes
+from .entry import CaptureEntry
+from .inputs import InputBuffers
+from .keys import CaptureKey
+from .limit import CaptureLimit
+from .outputs import OutputLifetime, pool_outputs_of
 from .rules import CaptureSkipped, find_uncapturable, skip_message
+from .sizes import DeclaredSizes
 
-log = logging.getLogger("torchair_dist")
-
-# input buffers held beyond this multiple of the largest capture's: one warning per graph
-INPUT_BYTES_RATIO = 1.25
-
-
-class _Capture:
-    """One captured graph: its static inputs, the graph, and the pointers it was made on."""
-
-    __slots__ = ("graph", "static_inputs", "copy_indices", "pinned_ptrs", "outputs",
-                 "output_alias", "reads_caller_inputs", "replays", "fast", "pool_positions",
-                 "seconds", "bytes", "held", "watch", "pool", "params")
-
-    def __init__(self, graph, static_inputs, copy_indices, pinned_ptrs, outputs, output_alias,
-                 private_buffers: bool):
-        self.graph = graph
-        self.static_inputs = static_inputs
-        self.copy_indices = copy_indices      # inputs copied into static buffers per replay
-        self.pinned_ptrs = pinned_ptrs        # {index: data_ptr} of inputs used in place
-        self.outputs = outputs
-        self.output_alias = output_alias      # per output: True if it aliases an input
-        # The CPU record stand-in can read copied inputs where the caller holds them: the same
-        # values as private buffers (clone_input) hold, without the copy. Not without
-        # clone_input: then the buffer is the caller's first tensor and the copy is visible.
-        self.reads_caller_inputs = private_buffers and graph.reads_caller_inputs
-        self.replays: List[int] = [0]  # the capture report's counter of its replays
-        self.fast: tuple = ()  # what the runner's generated replay reads (_REPLAY_BODY)
-        # outputs in the pool (tensors not aliasing an input): handed out fresh per replay
-        self.pool_positions = tuple(i for i, (o, a) in enumerate(zip(outputs, output_alias))
-                                    if isinstance(o, torch.Tensor) and not a)
-        self.seconds = 0.0
-        self.bytes: Optional[int] = None
-        self.held: list = []   # its pool outputs' storages (outputs.Held)
-        self.watch: list = []  # what its replay checks first (outputs.PoolOutputs)
-        self.pool: Optional[PoolOutputs] = None
-        self.params: tuple = ()  # (weakref, data_ptr) of each parameter it was captured on
-
-
-def _params_moved(cap: "_Capture") -> bool:
-    """Whether a parameter ``cap`` was captured on now has other storage (``p.data = ...``), or
-    is gone."""
-    for ref, ptr in cap.params or ():
-        param = ref()
-        if param is None or param.data_ptr() != ptr:
-            return True
-    return False
+_is_grad = torch.is_grad_enabled
+_set_grad = torch._C._set_grad_enabled
 
 
 class AclGraphRunner:
@@ -96,93 +50,73 @@ class AclGraphRunner:
         """``declared_sizes=False``: ``capture_sizes`` are served by the caller (a piece of a
         piecewise graph: the whole graph pads); this runner captures the shapes it is given."""
         cfg = ctx.config
+        self.name = ctx.graph_name
+        self.forward = forward
+        self.graph_factory = graph_factory
         self.shared_pool = graph_factory.shared_pool
         self.uncapturable = find_uncapturable(ctx.gm)  # a device rule the graph breaks
         self._warned_uncaptured = False
-        self._all_mutated = sorted(set(ctx.mutated_input_indices))
-        self.forward = forward
-        self.name = ctx.graph_name
-        self.graph_factory = graph_factory
-        self.clone_input = cfg.get("debug.aclgraph.clone_input")
-        self.clone_output = cfg.get("debug.aclgraph.enable_output_clone")
-        if not self.clone_output and not outputs_module.CAN_PRESERVE and any(
-                isinstance(x, torch.Tensor) and not for_device(x.device.type).uses_stand_ins
-                for x in ctx.example_inputs):
-            warnings.warn(outputs_module.NO_PRESERVE_MESSAGE, UserWarning, stacklevel=2)
-            self.clone_output = True
-        self.capture_limit = cfg.get("debug.aclgraph.static_capture_size_limit")
-        self.force_recapture = cfg.get("npugraphex_config.force_recapture")
-        frozen = cfg.get("experimental_config.frozen_parameter")
         n = len(ctx.example_inputs)
         self.static_indices = sorted(set(ctx.static_input_indices))
         self.mutated_indices = sorted(set(ctx.mutated_input_indices) - set(self.static_indices))
         in_place = set(self.static_indices) | set(self.mutated_indices)
         self.user_indices = [i for i in range(n) if i not in in_place]
-        # Parameters re-key the capture when they move, unless the user froze them.
-        self.key_ptr_indices = [] if frozen else self.static_indices
-        self.key_shape_indices = sorted(self.user_indices + self.mutated_indices)
-        self.captures: Dict[Any, _Capture] = {}
-        self.fallback_eager = False  # kept for callers; the limit no longer turns it on
-        self._warned_limit = False
-        # the captures of the graph's pool and their outputs (shared with the other pieces
-        # of a piecewise graph); a capture in a pool of its own gets its own
-        self.pool_outputs = pool_outputs_of(graph_factory) if self.shared_pool else None
-        self._input_storage: Dict[int, Any] = {}  # copied input -> its shared buffer storage
-        self._input_dtypes: Dict[int, Any] = {}
-        self._warned_inputs = False  # _check_input_bytes
-        # declared capture sizes (npugraphex_config.capture_sizes): padding, eager calls
+        # parameters re-key the capture when they move, unless the user froze them
+        frozen = cfg.get("experimental_config.frozen_parameter")
+        self.keys = CaptureKey(sorted(self.user_indices + self.mutated_indices),
+                               [] if frozen else self.static_indices, ctx.example_inputs,
+                               bool(cfg.get("npugraphex_config.force_recapture")))
+        self.inputs = InputBuffers(self.name, self.user_indices,
+                                   cfg.get("debug.aclgraph.clone_input"))
+        self.outputs = OutputLifetime(
+            self.name, cfg.get("debug.aclgraph.enable_output_clone"), ctx.example_inputs,
+            pool_outputs_of(graph_factory) if self.shared_pool else None)
+        self.limit = CaptureLimit(self.name, cfg.get("debug.aclgraph.static_capture_size_limit"))
         self.declared = DeclaredSizes(cfg, ctx.gm, ctx.example_inputs, self.user_indices,
-                                      self._all_mutated, self.name, declared_sizes)
+                                      sorted(set(ctx.mutated_input_indices)), self.name,
+                                      declared_sizes)
+        self.captures: Dict[Any, CaptureEntry] = {}
+        # the captures a call may replay without the checks of _call (no forced recapture, no
+        # input pinned by address, no output copies)
+        self._fast: Dict[Any, CaptureEntry] = {}
+        self._key = self.keys.key
+        self._fast_get = self._fast.get
         self.capture_count = 0  # captures made, recaptures included (tests and stats)
-        self._shape_keys: Dict[Any, str] = {}  # shape part of a key -> its report name
-        # key -> the ``fast`` tuple of a capture that needs no check per call (_install_fast)
-        self._fast: Dict[Any, tuple] = {}
-        self._first_direct: Optional[Callable] = None  # direct_call: the first call's route
-        self.capture_key, self.entry, self._replay, self._make_direct = key_and_entry(
-            self.key_shape_indices, self.key_ptr_indices, ctx.example_inputs, self._fast,
-            self._call)
 
-    # -- keys ---------------------------------------------------------------------------
-    def report_key(self, key) -> str:
-        name = self._shape_keys.get(key[0])
-        if name is None:
-            name = self._shape_keys[key[0]] = str(
-                [tuple(s) if isinstance(s, torch.Size) else s for s in key[0]])
-        return name
-
-    # -- call -----------------------------------------------------------------------------
+    # -- call -------------------------------------------------------------------------------
     def __call__(self, args: List[Any]):
-        return self.entry(args)
+        entry = self._fast_get(self._key(args))
+        if entry is None:
+            return self._call(args)
+        return entry.replay(args)
 
     def direct_call(self, first: Callable) -> Callable:
         """``forward(*args)`` for Dynamo, in place of AOT's forward ``first`` when AOT's runtime
         wrapper has nothing to do (:mod:`torchair_dist.pipeline.aot`): the first call goes
-        through ``first``; later ones replay in one generated frame where they can, else run
-        this runner with grad mode off, as AOT's wrapper would."""
-        self._first_direct = first
-        return self._make_direct(self._direct_slow)
+        through ``first``; later ones run with grad mode off, as AOT's wrapper would."""
+        key, fast_get, slow = self._key, self._fast_get, self._call
+        pending = [first]
 
-    def _direct_slow(self, args):
-        """``direct``'s calls the fast table does not answer: the first one (through AOT's
-        forward), then :meth:`_call` with grad mode off."""
-        first = self._first_direct
-        if first is not None:
-            self._first_direct = None
-            return first(*args)
-        grad = torch.is_grad_enabled()
-        if grad:
-            torch._C._set_grad_enabled(False)
-        try:
-            return self._call(list(args))
-        finally:
+        def direct(*args):
+            if pending:
+                return pending.pop()(*args)
+            grad = _is_grad()
             if grad:
-                torch._C._set_grad_enabled(True)
+                _set_grad(False)
+            try:
+                entry = fast_get(key(args))
+                if entry is None:
+                    return slow(list(args))
+                return entry.replay(args)
+            finally:
+                if grad:
+                    _set_grad(True)
+
+        return direct
 
     def _call(self, args: List[Any]):
-        """Every call the fast table does not answer: the first of a key, eager fallbacks,
-        captures whose replay checks something per call (moved inputs, copies of outputs)."""
-        if self.fallback_eager:
-            return self.forward(args)
+        """Every call the fast table does not answer: the first of a key, uncaptured graphs,
+        declared sizes, captures whose replay checks something per call."""
         if self.uncapturable is not None:
             return self._uncaptured(args)
         declared = self.declared
@@ -192,95 +126,77 @@ class AclGraphRunner:
             routed = declared.route(args, self._call, self.forward)
             if routed is not None:
                 return routed
-        key = self.capture_key(args)
-        cap = self.captures.get(key)
-        if cap is None or self.force_recapture or (cap.pinned_ptrs and
-                                                   self._recapture_reason(cap, args)):
-            return self._capture_call(args, key, cap)
-        self._replay(args, cap.fast)  # a pinned input at its captured address
-        return self._returned(cap, cap.outputs)
+        key = self._key(args)
+        entry = self.captures.get(key)
+        if entry is None:
+            return self._capture_call(args, key)
+        reason = self.keys.recapture_reason(entry.pinned, args)
+        if reason:
+            return self._capture_call(args, key, entry, reason)
+        handed = entry.replay(args)
+        return self.outputs.returned(entry, entry.outputs) if self.outputs.copies else handed
 
-    def _capture_call(self, args: List[Any], key, cap: Optional[_Capture]):
-        reason = self._recapture_reason(cap, args)
-        if cap is None and len(self.captures) >= self.capture_limit:
-            report.capture_limit(self.name, self.report_key(key), self.capture_limit)
-            return self._past_limit(args)
-        # A recapture redoes a key's capture: forced, a mutated input moved, or a parameter
-        # of an earlier capture of these shapes was given new storage (TorchAir recaptures
-        # then). Shapes captured with other parameters that are all still in place are a key
-        # of their own: one code object serves every layer of a model Dynamo splits per layer.
-        recapture = cap is not None
-        if cap is None:
-            same = [c for k, c in self.captures.items() if k[0] == key[0]]
-            recapture = any(_params_moved(c) for c in same)
-            reason = ("moved parameter" if recapture else "new parameters" if same else
-                      "new shape" if self.captures else "first capture")
+    # -- capture ----------------------------------------------------------------------------
+    def _capture_call(self, args: List[Any], key, old: CaptureEntry = None, reason: str = ""):
+        """Capture ``key`` (again, replacing ``old``, for ``reason``) and return this call's
+        outputs."""
+        recapture = old is not None
+        if old is None:
+            if not self.limit.allows(len(self.captures)):
+                return self.limit.past(self.keys.name(key), len(self.captures), self.forward,
+                                       args)
+            reason, recapture = CaptureKey.first_reason(key, self.captures,
+                                                        lambda entry: entry.params)
         started = time.perf_counter()
         try:
-            cap, outputs = self._capture(args)
+            entry, first = self._capture(args, key)
         except CaptureSkipped as skip:
             self.uncapturable = skip.found
             return self._uncaptured(args)
-        cap.seconds = time.perf_counter() - started
-        cap.params = tuple((weakref.ref(args[i]), args[i].data_ptr()) for i in self.key_ptr_indices
-                           if isinstance(args[i], torch.Tensor))
-        cap.bytes = cap.graph.pool_bytes()
-        was_alone = len(self.captures) == 1
-        old = self.captures.get(key)
-        if old is not None and old.pool is not None:
-            old.pool.remove(old.held)  # dropped: the memory a caller holds stays theirs
-        cap.pool = self.pool_outputs if self.shared_pool else PoolOutputs()
-        cap.held = capture_outputs(self.name, cap.outputs, cap.pool_positions)
-        cap.watch = cap.pool.add(cap.held)
-        self.captures[key] = cap
-        key_name = self.report_key(key)
-        cap.replays = report.replay_cell(self.name, key_name)
-        report.captured(self.name, key_name, reason, recapture, cap.seconds, cap.bytes)
+        entry.seconds = time.perf_counter() - started
+        entry.bytes = entry.graph.pool_bytes()
+        if old is not None:
+            self.outputs.drop(old)
+        self.outputs.adopt(entry)
+        self.captures[key] = entry
+        entry.replays = report.replay_cell(self.name, entry.name)
+        report.captured(self.name, entry.name, reason, recapture, entry.seconds, entry.bytes)
         memory = self.memory()
         report.pool(self.name, memory)
-        self._check_input_bytes(memory["input_bytes"])
-        expanded = tuple(i for i in cap.copy_indices
-                         if written_part(cap.static_inputs[i]) is not cap.static_inputs[i])
-        cap.fast = (cap.reads_caller_inputs, cap.static_inputs,
-                    tuple(i for i in cap.copy_indices if i not in expanded),
-                    tuple((i, written_part) for i in expanded), self.clone_input,
-                    cap.graph.replay, cap.outputs, cap.replays, self.name,
-                    key_name, cap.watch, cap.pool_positions)
-        if was_alone and self.shared_pool:  # the first capture no longer has the pool alone
-            for other_key, other in self.captures.items():
-                self._install_fast(other_key, other)
-        self._install_fast(key, cap)
-        return self._returned(cap, outputs)
-
-    def _install_fast(self, key, cap: _Capture) -> None:
-        """Give ``key`` a replay function that skips the per-call checks of :meth:`_call`
-        where none applies: no forced recapture, no input pinned by address, no output
-        clones, one capture in a shared pool (a second one drops every fast replay)."""
-        self._fast.pop(key, None)
-        if self.force_recapture or cap.pinned_ptrs or self.clone_output:
-            return
-        if cap.reads_caller_inputs and not (self.shared_pool and len(self.captures) > 1):
-            # The graph's own replay from the caller's inputs: alone in its pool, there is no
-            # later capture whose outputs a replay must overwrite.
-            self._fast[key] = cap.fast[:5] + (cap.graph.replay_sole,) + cap.fast[6:]
+        self.inputs.check(memory["input_bytes"], len(self.captures))
+        if self.keys.force_recapture or entry.pinned or self.outputs.copies:
+            self._fast.pop(key, None)
         else:
-            self._fast[key] = cap.fast
+            self._fast[key] = entry
+        return self.outputs.returned(entry, first)
 
-    def _returned(self, cap: _Capture, outputs):
-        if self.clone_output:
-            return clone_keeping_views(outputs, cap.output_alias)
-        return hand_out(outputs, cap.pool_positions)
+    def _capture(self, args: List[Any], key):
+        """Capture a graph for ``args``; returns (its entry, the outputs of this call)."""
+        feed = self.inputs.for_capture(args)
+        pinned = {i: args[i].data_ptr() for i in self.mutated_indices
+                  if isinstance(args[i], torch.Tensor)}
+        graph = self.graph_factory()
+        first = graph.capture(self.forward, feed.buffers, feed)
+        self.capture_count += 1
+        outputs = graph.outputs
+        ptrs = {a.untyped_storage().data_ptr() for a in feed.buffers
+                if isinstance(a, torch.Tensor)}
+        alias = tuple(isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() in ptrs
+                      for o in outputs)
+        pool_positions = tuple(i for i, (o, a) in enumerate(zip(outputs, alias))
+                               if isinstance(o, torch.Tensor) and not a)
+        entry = CaptureEntry(key, self.keys.name(key), graph, feed, outputs, alias,
+                             pool_positions, pinned, self.keys.params_of(args),
+                             graph_name=self.name)
+        return entry, first
 
-    def _recapture_reason(self, cap: Optional[_Capture], args) -> str:
-        """Why the capture of this key is made again ("" for none)."""
-        if cap is None:
-            return ""
-        if self.force_recapture:
-            return "force_recapture"
-        for i, ptr in cap.pinned_ptrs.items():
-            if args[i].data_ptr() != ptr:
-                return f"moved mutated input {i}"
-        return ""
+    def _capture_declared(self, sized: List[Any], size: int) -> bool:
+        """One declared size's capture (DeclaredSizes.capture); False: not captured here."""
+        key = self._key(sized)
+        if key in self.captures or not self.limit.allows(len(self.captures)):
+            return False
+        self._capture_call(sized, key)
+        return True
 
     def _uncaptured(self, args):
         if not self._warned_uncaptured:
@@ -290,128 +206,21 @@ class AclGraphRunner:
         report.uncaptured(self.name, f"{found.op} {found.why} at {found.where}")
         return self.forward(args)
 
-    def _capture(self, args):
-        """Capture a graph for ``args``; returns (capture, outputs of this call)."""
-        static_inputs = list(args)
-        copy_indices = [i for i in self.user_indices if isinstance(args[i], torch.Tensor)]
-        if self.clone_input:
-            for i in copy_indices:
-                static_inputs[i] = self._input_buffer(i, args[i])
-        pinned = {i: args[i].data_ptr() for i in self.mutated_indices
-                  if isinstance(args[i], torch.Tensor)}
-        graph = self.graph_factory()
-        graph.feed(copy_indices)
-        if graph.executes_capture:
-            first = self._capture_restorable(graph, static_inputs, args)
-        else:
-            first = graph.capture(self.forward, static_inputs)
-        outputs = graph.outputs
-        self.capture_count += 1
-        ptrs = {a.untyped_storage().data_ptr() for a in static_inputs
-                if isinstance(a, torch.Tensor)}
-        alias = [isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() in ptrs
-                 for o in outputs]
-        return _Capture(graph, static_inputs, copy_indices, pinned, outputs, alias,
-                        self.clone_input), first
-
-    def _capture_restorable(self, graph, static_inputs, args):
-        """A stand-in capture really runs the graph: if it stops half way (a host-side call),
-        undo its input mutations so the uncaptured run applies them exactly once."""
-        saved = {i: args[i].clone() for i in self._all_mutated
-                 if isinstance(args[i], torch.Tensor)}
-        try:
-            return graph.capture(self.forward, static_inputs)
-        except CaptureSkipped:
-            with torch.no_grad():
-                for i, value in saved.items():
-                    args[i].copy_(value)
-            raise
-
-    def _past_limit(self, args):
-        """A new key past ``static_capture_size_limit``: this call runs eagerly; the keys
-        captured before keep replaying (TorchAir turns the whole graph eager here)."""
-        if not self._warned_limit:
-            self._warned_limit = True
-            warnings.warn(
-                f"The static_capture_size_limit reached: graph {self.name} already holds "
-                f"{len(self.captures)} captures (config.debug.aclgraph.static_capture_size_limit="
-                f"{self.capture_limit}); calls with a new graph key run eagerly, the captured "
-                f"keys keep replaying. Raise the limit, declare npugraphex_config.capture_sizes "
-                f"with pad_to_capture_size, or mark fewer dimensions dynamic.", UserWarning,
-                stacklevel=3)
-        return self.forward(args)
-
-    # -- declared sizes ---------------------------------------------------------------------
-    def _capture_declared(self, sized: List[Any], size: int) -> bool:
-        """One declared size's capture (DeclaredSizes.capture); False: not captured here."""
-        key = self.capture_key(sized)
-        if key in self.captures or len(self.captures) >= self.capture_limit:
-            return False
-        self._capture_call(sized, key, None)
-        return True
-
     # -- memory -----------------------------------------------------------------------------
-    def _input_buffer(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        """Position ``i``'s captured buffer for ``x``: a view, with ``x``'s layout, of one
-        storage per position, grown only when a larger capture needs it (largest first: one)."""
-        extent = 0 if x.numel() == 0 else 1 + sum(
-            (n - 1) * st for n, st in zip(x.size(), x.stride()))
-        need = (x.storage_offset() + extent) * x.element_size()
-        storage = self._input_storage.get(i)
-        if (storage is None or storage.nbytes() < need or storage.device != x.device
-                or self._input_dtypes.get(i) != x.dtype):
-            storage = torch.empty(max(need // x.element_size(), 1), dtype=x.dtype,
-                                  device=x.device).untyped_storage()
-            self._input_storage[i] = storage
-            self._input_dtypes[i] = x.dtype
-        buf = torch.empty((0,), dtype=x.dtype, device=x.device).set_(
-            storage, x.storage_offset(), x.size(), x.stride())
-        if torch._debug_has_internal_overlap(written_part(buf)) == 1:
-            buf = torch.empty_like(x, memory_format=torch.contiguous_format)
-        copy_into(buf, x)
-        return buf
-
     def release(self) -> None:
         """Drop every capture and input buffer (their memory is freed now, wherever the runner
         object itself is still referenced); a later call captures again."""
-        for cap in self.captures.values():
-            if cap.pool is not None:
-                cap.pool.remove(cap.held)
+        for entry in self.captures.values():
+            self.outputs.drop(entry)
         self.captures.clear()
         self._fast.clear()
-        self._input_storage.clear()
-        self._input_dtypes.clear()
-
-    def _check_input_bytes(self, held: int) -> None:
-        """Warn once when the captures' input buffers hold more than 1.25x what the largest
-        capture's alone take: batch sizes met smallest first each keep the buffer they were
-        captured on (a capture is bound to its buffers' addresses)."""
-        largest = sum(s.nbytes() for s in self._input_storage.values())
-        if self._warned_inputs or not largest or held <= INPUT_BYTES_RATIO * largest:
-            return
-        self._warned_inputs = True
-        warnings.warn(
-            f"graph {self.name}: the input buffers of its {len(self.captures)} captures hold "
-            f"{held} bytes, {held / largest:.2f}x the {largest} bytes the largest capture's "
-            f"alone take: batch sizes met smallest first each keep the buffer they were "
-            f"captured on. Declare npugraphex_config.capture_sizes (captured largest first at "
-            f"the first call, every capture viewing one buffer per input), or call the largest "
-            f"size first.", UserWarning, stacklevel=4)
+        self.inputs.release()
 
     def memory(self) -> Dict[str, Any]:
-        """The graph's memory as the capture graphs report it: ``pool_bytes`` (captures sharing
-        one pool take the largest capture's blocks; each its own pool: the sum),
-        ``input_bytes`` (the copied inputs' shared buffers), ``captures``."""
-        sizes = [c.bytes for c in self.captures.values() if c.bytes is not None]
-        incremental = any(c.graph.pool_bytes_incremental for c in self.captures.values())
-        pool = (max(sizes) if self.shared_pool and not incremental else sum(sizes)) \
-            if sizes else None
-        held = {}
-        for cap in self.captures.values():
-            for i in cap.copy_indices:
-                buf = cap.static_inputs[i]
-                if isinstance(buf, torch.Tensor) and self.clone_input:
-                    storage = buf.untyped_storage()
-                    held[storage.data_ptr()] = storage.nbytes()
-        return {"pool_bytes": pool, "input_bytes": sum(held.values()),
+        """The graph's memory as its captures report it: ``pool_bytes`` (what each capture
+        added to its pool, summed: captures sharing one pool take about the largest one's
+        blocks), ``input_bytes`` (the copied inputs' buffers), ``captures``."""
+        sizes = [e.bytes for e in self.captures.values() if e.bytes is not None]
+        return {"pool_bytes": sum(sizes) if sizes else None,
+                "input_bytes": self.inputs.held_bytes([e.feed for e in self.captures.values()]),
                 "captures": len(self.captures)}

@@ -261,7 +261,6 @@ class ValueIntRunner:
     def __init__(self, split: SymSplit, inner: Callable[[List[Any]], Any]):
         self.split = split
         self.inner = inner
-        self._inner_call = getattr(inner, "entry", inner)  # skip the runner's __call__ frame
         self.n_consumed = split.n_values
         # one 0-d tensor per value, filled on every call: no allocation, and on a device no
         # host-to-device copy (``fill_`` with a Python int is a kernel argument)
@@ -282,7 +281,7 @@ class ValueIntRunner:
             tensor.fill_(int(v))
         feed.extend(self.values)
         args.clear()
-        result = list(self._inner_call(feed))
+        result = list(self.inner(feed))
         for i, v in zip(split.int_outputs, outs):
             result[i] = v
         return result
