@@ -15,9 +15,9 @@ def _record_case(rank, world):
     graphs = []
     orig = record.RecordGraph.capture
 
-    def spy(self, fn, inputs):
+    def spy(self, fn, inputs, feed):
         graphs.append(self)
-        return orig(self, fn, inputs)
+        return orig(self, fn, inputs, feed)
 
     record.RecordGraph.capture = spy
     try:

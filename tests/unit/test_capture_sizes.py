@@ -228,3 +228,51 @@ def test_a_declared_size_dynamo_compiles_apart_is_captured_once(runners):
     captured = sorted(next(s for s in key[0] if isinstance(s, torch.Size))[0]
                       for r in runners for key in r.captures)
     assert captured == [1, 2, 4], captured
+
+
+class _TokenModel(torch.nn.Module):
+    """A flattened token batch as transformers' and vLLM's engines feed it: ``ids`` of shape
+    ``[1, tokens]`` (every request's tokens in one row), positions alike; per-token work."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(64, 32)
+        self.pos = torch.nn.Embedding(64, 32)
+        self.norm = torch.nn.RMSNorm(32)
+        self.proj = torch.nn.Linear(32, 16)
+
+    def forward(self, ids, positions):
+        return self.proj(self.norm(self.embed(ids) + self.pos(positions)))
+
+
+def test_capture_sizes_name_the_token_dim_of_a_flattened_batch(runners):
+    """No input has a dynamic dim 0 ([1, tokens]): the token dim is the batch; each declared
+    token count is captured once, other counts padded up along dim 1 and sliced back."""
+    m = _TokenModel().eval()
+    f = _compiled(m, sizes=[8, 16, 32], pad=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "capture_sizes is ignored"
+        for t in (5, 8, 13, 32, 3, 16, 29):
+            ids = torch.randint(0, 64, (1, t))
+            pos = torch.arange(t).unsqueeze(0)
+            out = f(ids, pos)
+            assert out.shape == (1, t, 16)
+            torch.testing.assert_close(out, m(ids, pos), rtol=1e-6, atol=1e-6)
+    dynamic = [r for r in runners if r.declared.batch is not None]
+    (runner,) = dynamic
+    assert runner.declared.batch.dim_of_input(0) == 1
+    tokens = sorted(next(s for s in key[0] if isinstance(s, torch.Size))[1]
+                    for key in runner.captures)
+    assert tokens == [8, 16, 32], tokens
+    summary = torchair_dist.capture_summary()[runner.name]
+    assert summary["padded"] == {"5->8": 1, "13->16": 1, "3->8": 1, "29->32": 1}, summary
+
+
+def test_a_token_batch_whose_tokens_mix_is_refused_padding():
+    """Padding along the token dim is proven like rows: a softmax over the tokens mixes them."""
+    f = _compiled(lambda x: torch.softmax(x, dim=1) * 2, sizes=[8, 16], pad=True)
+    with torch.no_grad(), pytest.raises(Exception) as err:
+        f(torch.randn(1, 5, 4))
+    text = str(err.value)
+    assert "PaddingUnsafeError" in text and "aten._softmax.default" in text, text

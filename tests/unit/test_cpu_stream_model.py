@@ -21,6 +21,7 @@ import torchair_dist
 from torchair_dist.base.envvars import env_stream_order
 from torchair_dist.cpu import concurrency
 from torchair_dist.cpu.record import RecordGraph
+from torchair_dist.platform.interfaces import InputFeed
 from torchair_dist.errors import ConfigError, GraphValidationError
 from torchair_dist.passes import happens_before as hb
 from torchair_dist.streams import npu_stream_switch
@@ -139,7 +140,8 @@ def _side_graph(event: bool) -> torch.fx.GraphModule:
 def _replays(gm, make_inputs, reference, n=3):
     """Capture once, then the max abs error of each replay on fresh inputs (NaN counts as inf)."""
     graph = RecordGraph(gm)
-    graph.capture(None, make_inputs(0))
+    first = make_inputs(0)
+    graph.capture(None, first, InputFeed.of_all(first))
     errors = []
     for i in range(1, n + 1):
         inputs = make_inputs(i)

@@ -16,6 +16,7 @@ import torch
 
 import torchair_dist
 from torchair_dist.cpu.record import RecordGraph
+from torchair_dist.platform.interfaces import InputFeed
 from torchair_dist.errors import GraphValidationError
 from torchair_dist.passes import happens_before as hb
 from torchair_dist.pipeline.route import record_graphs
@@ -91,7 +92,8 @@ def test_removing_any_added_event_is_caught_by_the_happens_before_check(name):
 def _replay_errors(gm, program, n=3):
     """Capture on the record stand-in, then the max abs error of each replay (NaN: inf)."""
     graph = RecordGraph(gm)
-    graph.capture(None, list(program.inputs(16, "cpu", 0)))
+    first = list(program.inputs(16, "cpu", 0))
+    graph.capture(None, first, InputFeed.of_all(first))
     errors = []
     for i in range(1, n + 1):
         args = list(program.inputs(16, "cpu", i))

@@ -212,8 +212,6 @@ PRIVATE_APIS: Dict[str, str] = {
     "torch._functorch.config": "AOT's debug switches that need its wrapper",
     "torch._guards": "the tracing context (entries below)",
     "torch._guards.TracingContext": "AOT's metadata: static inputs, forward metadata",
-    "torch._guards.CompileContext": "the Dynamo frame a graph belongs to (declared capture sizes "
-                                    "a frame's earlier graph holds are not captured again)",
     "torch._guards.detect_fake_mode": "the fake mode of a graph's example inputs",
     # inductor, fake tensors, decompositions, the op registry of script objects
     "torch._inductor.compile_fx": "compile_fx_inner: inductor kernels under our pipeline",

@@ -54,6 +54,14 @@ class InputFeed:
     always: bool = True
     private: bool = True
 
+    @classmethod
+    def of_all(cls, buffers: Sequence[Any]) -> "InputFeed":
+        """Every tensor position fed (a graph captured outside a runner, as tests do)."""
+        import torch
+
+        return cls(buffers, tuple(i for i, x in enumerate(buffers)
+                                  if isinstance(x, torch.Tensor)))
+
     @property
     def positions(self) -> Tuple[int, ...]:
         """Every position the feed copies."""

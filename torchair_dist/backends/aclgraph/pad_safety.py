@@ -196,11 +196,7 @@ def prove_rows_independent(gm: torch.fx.GraphModule, symbols, sizes: Sequence[in
         except _Mix as mix:
             raise PaddingUnsafeError(_message(graph, f"input {i} ({node.name})", mix.why,
                                               "")) from None
-        if isinstance(state, int) and state != 0:
-            raise PaddingUnsafeError(_message(
-                graph, f"input {i} ({node.name})", f"its dim {state} is the batch size (only "
-                "dim 0 is padded)", "")) from None
-        checker.state[node] = state
+        checker.state[node] = state  # the dim padded (:func:`.sizes.resized`)
     for node in gm.graph.nodes:
         if node.op == "call_function":
             try:
@@ -279,21 +275,23 @@ def _check_outputs(checker: _Checker, node: torch.fx.Node, graph: str) -> None:
                    f"merging the batch dim; only the batch dim itself is sliced back)")
         elif isinstance(state, (_Buffer, _Gathered)):
             why = "it holds batch rows among other rows (not sliced back)"
-        elif isinstance(state, int) and state != 0:
-            why = f"its batch dim is dim {state} (only dim 0 is sliced back)"
-        elif state == 0 and not _sliced_back(checker, out):
-            why = ("its dim 0 holds the batch rows but is not the batch size itself (it would "
-                   "not be sliced back)")
+        elif isinstance(state, int) and not _sliced_back(checker, out, state):
+            why = (f"its dim {state} holds the batch rows but is not the batch size itself (it "
+                   f"would not be sliced back)")
         else:
             continue
         raise PaddingUnsafeError(_message(graph, f"output {k}", why, where))
 
 
-def _sliced_back(checker: _Checker, out) -> bool:
-    """Dim 0 is a batch symbol itself: what :func:`.sizes.sliced` slices."""
+def _sliced_back(checker: _Checker, out, dim: int) -> bool:
+    """Dim ``dim`` is a batch symbol itself, the first dim of the output that is: what
+    :func:`.sizes.sliced` slices."""
     val = _val(out)
-    size = val.shape[0] if isinstance(val, torch.Tensor) and val.dim() else None
-    return isinstance(size, torch.SymInt) and size.node.expr in checker.raw_symbols
+    if not isinstance(val, torch.Tensor) or val.dim() <= dim:
+        return False
+    first = next((d for d, size in enumerate(val.shape) if isinstance(size, torch.SymInt)
+                  and size.node.expr in checker.raw_symbols), None)
+    return first == dim
 
 
 def _message(graph: str, what: str, why: str, where: str) -> str:

@@ -24,92 +24,146 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import logging
 
 import torch
 
-from ...base.util import on_dynamo_reset
 
 log = logging.getLogger("torchair_dist")
 
 
 @dataclasses.dataclass(frozen=True)
 class BatchDim:
-    """Where the batch size lives in a graph's inputs and outputs."""
+    """Where the batch size lives in a graph's inputs and outputs: per batch input and output,
+    the dim that holds it (dim 0 for a batch of rows; dim 1 of ``[1, tokens]`` for a flattened
+    token batch)."""
 
     symbol: Any
     symbols: Tuple[Any, ...]         # the batch symbol and the symbols unified with it
-    tensor_inputs: Tuple[int, ...]   # inputs whose dim 0 is the batch
+    tensor_inputs: Tuple[int, ...]   # inputs that hold the batch
     int_inputs: Tuple[int, ...]      # integer inputs equal to the batch size
-    outputs: Tuple[int, ...]         # outputs whose dim 0 is the batch
+    outputs: Tuple[int, ...]         # outputs that hold the batch
     lowest: int = 0                  # the sizes the graph was traced for (Dynamo's guards:
     highest: Optional[int] = None    # size 0 and 1 are usually graphs of their own)
+    input_dims: Tuple[int, ...] = ()   # per tensor input, its batch dim (default: all 0)
+    output_dims: Tuple[int, ...] = ()  # per output, its batch dim (default: all 0)
 
     def accepts(self, size: int) -> bool:
         return size >= self.lowest and (self.highest is None or size <= self.highest)
 
     def size_of(self, args: Sequence[Any]) -> int:
-        return int(args[self.tensor_inputs[0]].size(0))
+        return int(args[self.tensor_inputs[0]].size(self.dim_of_input(0)))
+
+    def dim_of_input(self, k: int) -> int:
+        return self.input_dims[k] if self.input_dims else 0
+
+    def dim_of_output(self, k: int) -> int:
+        return self.output_dims[k] if self.output_dims else 0
+
+    def describe(self) -> str:
+        """Where the batch was found, for the capture summary and messages."""
+        return f"dim {self.dim_of_input(0)} of input {self.tensor_inputs[0]} ({self.symbol})"
 
 
-def _dim0_symbol(value: Any):
-    if isinstance(value, torch.Tensor) and value.dim() > 0 and isinstance(value.size(0),
-                                                                          torch.SymInt):
-        expr = value.size(0).node.expr
+def _dim_symbol(value: Any, dim: int = 0):
+    if isinstance(value, torch.Tensor) and value.dim() > dim and isinstance(value.size(dim),
+                                                                            torch.SymInt):
+        expr = value.size(dim).node.expr
         return expr if expr.is_Symbol else None
     return None
 
 
+def _dim0_symbol(value: Any):
+    return _dim_symbol(value, 0)
+
+
+def _first_symbolic_dim(value: Any) -> Optional[int]:
+    if not isinstance(value, torch.Tensor):
+        return None
+    return next((d for d in range(value.dim()) if _dim_symbol(value, d) is not None), None)
+
+
+def _batch_dim_of(value: Any, symbols) -> Optional[int]:
+    """The first dim of ``value`` whose size is one of ``symbols``."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    return next((d for d in range(value.dim()) if _dim_symbol(value, d) in symbols), None)
+
+
 def find_batch_dim(gm: torch.fx.GraphModule, examples: Sequence[Any],
                    user_indices: Sequence[int]) -> Optional[BatchDim]:
-    """The batch dimension of a graph (None where no user input has a symbolic dim 0)."""
+    """The batch dimension of a graph (None where no user input has a symbolic dim): dim 0 of
+    the first user input whose dim 0 is symbolic; where none is, the first symbolic dim of the
+    first user input that has one (a flattened token batch ``[1, tokens]``)."""
     placeholders = gm.graph.find_nodes(op="placeholder")
     values = [p.meta.get("val", examples[i] if i < len(examples) else None)
               for i, p in enumerate(placeholders)]
-    symbol = next((_dim0_symbol(values[i]) for i in user_indices
-                   if i < len(values) and _dim0_symbol(values[i]) is not None), None)
+    users = [i for i in user_indices if i < len(values)]
+    symbol = next((_dim0_symbol(values[i]) for i in users
+                   if _dim0_symbol(values[i]) is not None), None)
+    if symbol is None:
+        symbol = next((_dim_symbol(values[i], _first_symbolic_dim(values[i])) for i in users
+                       if _first_symbolic_dim(values[i]) is not None), None)
     if symbol is None:
         return None
     # Dynamo may give each input its own symbol for the same batch (mark_dynamic, no duck
     # shaping) and unify them where the graph ties them: an input follows the batch where its
-    # dim-0 symbol is the batch's after the shape environment's replacements
+    # symbol is the batch's after the shape environment's replacements
     canonical = _canonical(values, symbol)
-    symbols = {symbol} | {_dim0_symbol(values[i]) for i in user_indices if i < len(values)
-                          and _dim0_symbol(values[i]) is not None
-                          and _canonical(values, _dim0_symbol(values[i])) == canonical}
+    symbols = {symbol}
+    for i in users:
+        d = _first_symbolic_dim(values[i])
+        other = _dim_symbol(values[i], d) if d is not None else None
+        if other is not None and _canonical(values, other) == canonical:
+            symbols.add(other)
     lowest, highest = 0, None
     for sym in symbols:
         low, high = _range_of(sym, values)
         lowest = max(lowest, low)
         highest = high if highest is None else (highest if high is None else min(highest, high))
-    tensors = tuple(i for i, v in enumerate(values) if _dim0_symbol(v) in symbols)
+    tensors, dims = [], []
+    for i, v in enumerate(values):
+        d = _batch_dim_of(v, symbols)
+        if d is not None:
+            tensors.append(i)
+            dims.append(d)
     ints = tuple(i for i, v in enumerate(values)
                  if isinstance(v, torch.SymInt) and v.node.expr in symbols)
     outputs: List[int] = []
+    out_dims: List[int] = []
     for node in gm.graph.find_nodes(op="output"):
         outs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
         for k, out in enumerate(outs):
-            if isinstance(out, torch.fx.Node) and _dim0_symbol(out.meta.get("val")) in symbols:
+            d = _batch_dim_of(out.meta.get("val"), symbols) \
+                if isinstance(out, torch.fx.Node) else None
+            if d is not None:
                 outputs.append(k)
-    return BatchDim(symbol, tuple(symbols), tensors, ints, tuple(outputs), lowest,
-                    highest)
+                out_dims.append(d)
+    return BatchDim(symbol, tuple(symbols), tuple(tensors), ints, tuple(outputs), lowest,
+                    highest, tuple(dims), tuple(out_dims))
+
+
+def _shape_env_of(symbol, values):
+    for v in values:
+        d = _batch_dim_of(v, {symbol})
+        if d is not None:
+            return v.size(d).node.shape_env
+    return None
 
 
 def _canonical(values, symbol):
     """``symbol`` after its shape environment's replacements (the symbol Dynamo unified it
     with, where the graph ties two sizes)."""
-    for v in values:
-        if _dim0_symbol(v) == symbol:
-            shape_env = v.size(0).node.shape_env
-            return shape_env.replace(symbol) if shape_env is not None else symbol
-    return symbol
+    shape_env = _shape_env_of(symbol, values)
+    return shape_env.replace(symbol) if shape_env is not None else symbol
 
 
 def unresizable(values: Sequence[Any], batch: BatchDim) -> Optional[str]:
     """Why the graph's inputs cannot be resized along dim 0 alone (None: they can): the batch
     symbol also sizes another dim of an input, or an input that is not padded."""
+    dims = dict(zip(batch.tensor_inputs, batch.input_dims or [0] * len(batch.tensor_inputs)))
     for i, v in enumerate(values):
         if not isinstance(v, torch.Tensor):
             continue
@@ -117,7 +171,7 @@ def unresizable(values: Sequence[Any], batch: BatchDim) -> Optional[str]:
             if not isinstance(size, torch.SymInt) or not (size.node.expr.free_symbols
                                                           & set(batch.symbols)):
                 continue
-            if d != 0 or i not in batch.tensor_inputs:
+            if d != dims.get(i):
                 return (f"the batch size {batch.symbol} also sizes dim {d} of input {i} "
                         f"{tuple(v.shape)} (Dynamo gives sizes that were equal when traced "
                         f"one symbol); padding dim 0 alone would break the graph. Calls of "
@@ -128,28 +182,28 @@ def unresizable(values: Sequence[Any], batch: BatchDim) -> Optional[str]:
 
 def _range_of(symbol, values) -> Tuple[int, Optional[int]]:
     """The batch sizes the graph's guards admit (its shape environment's value range)."""
-    for v in values:
-        if _dim0_symbol(v) == symbol:
-            shape_env = v.size(0).node.shape_env
-            found = shape_env.var_to_range.get(symbol) if shape_env is not None else None
-            if found is None:
-                break
-            return _finite(found.lower) or 0, _finite(found.upper)
-    return 0, None
+    shape_env = _shape_env_of(symbol, values)
+    found = shape_env.var_to_range.get(symbol) if shape_env is not None else None
+    if found is None:
+        return 0, None
+    return _finite(found.lower) or 0, _finite(found.upper)
 
 
 def resized(args: Sequence[Any], batch: BatchDim, size: int) -> List[Any]:
     """``args`` with the batch dimension made ``size``: cut, or padded with zero rows (valid
     indices and positions for the padding rows, whose results are thrown away)."""
     out = list(args)
-    for i in batch.tensor_inputs:
+    for k, i in enumerate(batch.tensor_inputs):
         x = args[i]
-        n = x.size(0)
+        d = batch.dim_of_input(k)
+        n = x.size(d)
         if n >= size:
-            out[i] = x[:size]
+            out[i] = x.narrow(d, 0, size)
         else:
-            padded = x.new_zeros((size,) + tuple(x.shape[1:]))
-            padded[:n].copy_(x)
+            shape = list(x.shape)
+            shape[d] = size
+            padded = x.new_zeros(shape)
+            padded.narrow(d, 0, n).copy_(x)
             out[i] = padded
     for i in batch.int_inputs:
         out[i] = size
@@ -159,9 +213,9 @@ def resized(args: Sequence[Any], batch: BatchDim, size: int) -> List[Any]:
 def sliced(outputs: Sequence[Any], batch: BatchDim, n: int) -> List[Any]:
     """The first ``n`` rows of every batch output (a padded call's own results)."""
     out = list(outputs)
-    for k in batch.outputs:
+    for j, k in enumerate(batch.outputs):
         if isinstance(out[k], torch.Tensor):
-            out[k] = out[k][:n]
+            out[k] = out[k].narrow(batch.dim_of_output(j), 0, n)
     return out
 
 
@@ -236,48 +290,14 @@ def _finite(bound) -> Optional[int]:
         return None
 
 
-# Declared sizes already captured by a graph of the same Dynamo frame: (calling rank, frame id,
-# position in its frame compile) -> sizes. A recompile of the frame (another graph for batch 1,
-# a guard that failed) whose guards also admit those sizes does not capture them again at its
-# first call (Dynamo keeps sending them to the graph that has them).
-_CAPTURED: Dict[Tuple[Any, ...], set] = {}
-_POSITIONS: Dict[Tuple[Any, ...], int] = {}
-
-
-def frame_slot() -> Optional[Tuple[Any, ...]]:
-    """(calling rank, frame id, position among the graphs of this frame compile) of the graph
-    being compiled, or None outside a Dynamo compile. The rank keeps thread ranks (torch's
-    threaded process group) apart: each captures every size its own graphs need, so every
-    rank runs the same captures (their collectives) in the same order."""
-    compile_id = torch._guards.CompileContext.current_compile_id()
-    if compile_id is None or compile_id.frame_id is None:
-        return None
-    from ...base.util import calling_rank
-
-    rank = calling_rank()
-    key = (rank, compile_id.frame_id, compile_id.frame_compile_id)
-    position = _POSITIONS.get(key, 0)
-    _POSITIONS[key] = position + 1
-    return rank, compile_id.frame_id, position
-
-
-def captured_elsewhere(slot: Optional[Tuple[Any, ...]]) -> set:
-    return _CAPTURED.setdefault(slot, set()) if slot is not None else set()
-
-
-@on_dynamo_reset
-def _forget() -> None:
-    _CAPTURED.clear()
-    _POSITIONS.clear()
-
-
 class DeclaredSizes:
     """A graph's declared capture sizes, and how a call is served by them: the one place both
     the capturing runner and the piecewise runner ask (``npugraphex_config.capture_sizes``).
 
     ``capture(args, run)``: at the first call, ``run`` on ``args`` cut or padded to each
-    size this graph admits, largest first (sizes an earlier graph of the Dynamo frame holds
-    are left to it); inputs the graph mutates are restored afterwards. ``route(args, run,
+    size this graph admits, largest first (a size another graph of the frame was compiled for,
+    such as Dynamo's graph for a batch of 1, is not admitted by this one's guards); inputs the
+    graph mutates are restored afterwards. ``route(args, run,
     eager)``: None for a declared size (the caller serves it), else the padded or eager
     result of that call."""
 
@@ -309,7 +329,6 @@ class DeclaredSizes:
             self.row_writes = check_padding(gm, self.batch, self.sizes, unchecked, graph,
                                             values)
         self.pending = bool(self.sizes)
-        self.slot = frame_slot() if self.sizes else None
 
     def capture(self, args: Sequence[Any], run: Callable[[List[Any], int], bool]) -> None:
         """``run(sized_args, size) -> captured?`` for every size still to capture."""
@@ -318,15 +337,11 @@ class DeclaredSizes:
 
         self.pending = False
         saved = {i: args[i].clone() for i in self.mutated if isinstance(args[i], torch.Tensor)}
-        elsewhere = captured_elsewhere(self.slot)
         show = sys.stderr.isatty()
         started = time.perf_counter()
         try:
             for done, size in enumerate(self.sizes):
-                if size in elsewhere and size != self.batch.size_of(args):
-                    continue  # an earlier graph of this frame has it (and gets its calls)
-                if run(resized(args, self.batch, size), size):
-                    elsewhere.add(size)
+                run(resized(args, self.batch, size), size)
                 if show:
                     print(f"\rtorchair_dist: {self.graph}: captured size {size} "
                           f"({done + 1}/{len(self.sizes)}, {time.perf_counter() - started:.1f} s)",
