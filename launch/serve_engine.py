@@ -91,10 +91,13 @@ def compile_config(name: str, args):
     cfg.mode = "max-autotune" if name == "max-autotune" else "npugraph_ex"
     if name.endswith("+inductor_kernels"):
         cfg.experimental_config.inductor_kernels = True
-    if cfg.mode == "npugraph_ex":
+    if name != "max-autotune":
         # attention (SDPA) runs eagerly between captured pieces: it is the only op whose
-        # shapes follow the KV length; the pieces are captured per token count
+        # shapes follow the KV length; the pieces are captured per token count, once per
+        # declared count (the engine's padded counts), at the first call, largest first; the
+        # engine pads the token count itself, so a count not declared would run eagerly
         cfg.npugraphex_config.piecewise = True
+        cfg.npugraphex_config.capture_sizes = token_sizes(args)
     # mode=None: transformers' default "reduce-overhead" would reach our backend as
     # torch.compile's mode, which names another mode than the configuration's
     return CompileConfig(backend=torchair_dist.get_npu_backend(compiler_config=cfg),

@@ -268,8 +268,11 @@ def _check_outputs(checker: _Checker, node: torch.fx.Node, graph: str) -> None:
     for k, out in enumerate(outs):
         state = checker.of(out)
         where = source_line(out) if isinstance(out, torch.fx.Node) else ""
+        if state == COUNT and _is_batch_size(checker, out):
+            continue  # the batch size itself: a padded call returns the call's own size
         if state == COUNT:
-            why = "it is the batch size (a padded call would return the padded size)"
+            why = "it is computed from the batch size (a padded call would return it for the " \
+                  "padded size)"
         elif isinstance(state, _Merged):
             why = (f"its dim {state.dim} holds the batch rows flattened with other dims (a view "
                    f"merging the batch dim; only the batch dim itself is sliced back)")
@@ -281,6 +284,12 @@ def _check_outputs(checker: _Checker, node: torch.fx.Node, graph: str) -> None:
         else:
             continue
         raise PaddingUnsafeError(_message(graph, f"output {k}", why, where))
+
+
+def _is_batch_size(checker: _Checker, out) -> bool:
+    """The output is a batch symbol itself (:func:`.sizes.sliced` returns the call's size)."""
+    val = _val(out)
+    return isinstance(val, torch.SymInt) and val.node.expr in checker.raw_symbols
 
 
 def _sliced_back(checker: _Checker, out, dim: int) -> bool:

@@ -49,6 +49,7 @@ class BatchDim:
     highest: Optional[int] = None    # size 0 and 1 are usually graphs of their own)
     input_dims: Tuple[int, ...] = ()   # per tensor input, its batch dim (default: all 0)
     output_dims: Tuple[int, ...] = ()  # per output, its batch dim (default: all 0)
+    count_outputs: Tuple[int, ...] = ()  # outputs that are the batch size itself
 
     def accepts(self, size: int) -> bool:
         return size >= self.lowest and (self.highest is None or size <= self.highest)
@@ -133,16 +134,19 @@ def find_batch_dim(gm: torch.fx.GraphModule, examples: Sequence[Any],
                  if isinstance(v, torch.SymInt) and v.node.expr in symbols)
     outputs: List[int] = []
     out_dims: List[int] = []
+    counts: List[int] = []
     for node in gm.graph.find_nodes(op="output"):
         outs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
         for k, out in enumerate(outs):
-            d = _batch_dim_of(out.meta.get("val"), symbols) \
-                if isinstance(out, torch.fx.Node) else None
+            val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
+            d = _batch_dim_of(val, symbols)
             if d is not None:
                 outputs.append(k)
                 out_dims.append(d)
+            elif isinstance(val, torch.SymInt) and val.node.expr in symbols:
+                counts.append(k)
     return BatchDim(symbol, tuple(symbols), tuple(tensors), ints, tuple(outputs), lowest,
-                    highest, tuple(dims), tuple(out_dims))
+                    highest, tuple(dims), tuple(out_dims), tuple(counts))
 
 
 def _shape_env_of(symbol, values):
@@ -211,11 +215,14 @@ def resized(args: Sequence[Any], batch: BatchDim, size: int) -> List[Any]:
 
 
 def sliced(outputs: Sequence[Any], batch: BatchDim, n: int) -> List[Any]:
-    """The first ``n`` rows of every batch output (a padded call's own results)."""
+    """The first ``n`` rows of every batch output, and ``n`` for an output that is the batch
+    size itself (a padded call's own results)."""
     out = list(outputs)
     for j, k in enumerate(batch.outputs):
         if isinstance(out[k], torch.Tensor):
             out[k] = out[k].narrow(batch.dim_of_output(j), 0, n)
+    for k in batch.count_outputs:
+        out[k] = n
     return out
 
 
@@ -258,10 +265,11 @@ def admitted_sizes(sizes: Sequence[int], batch: Optional[BatchDim], examples: Se
     if not sizes:
         return []
     if batch is None:
-        static = next((x.size(0) for i in user_indices if i < len(examples)
-                       for x in [examples[i]] if isinstance(x, torch.Tensor) and x.dim() > 0
-                       and isinstance(x.size(0), int)), None)
-        if static not in sizes:
+        # traced for one of the sizes (Dynamo's graph of a batch of 1, or the static first
+        # graph of automatic dynamic shapes): no warning
+        static = {n for i in user_indices if i < len(examples) for x in [examples[i]]
+                  if isinstance(x, torch.Tensor) for n in x.shape if isinstance(n, int)}
+        if not static & set(sizes):
             import warnings
 
             warnings.warn(f"npugraphex_config.capture_sizes is ignored for graph {graph}: no "
