@@ -15,7 +15,8 @@ Every capture, replay and recapture is counted in :mod:`.report` (``capture_repo
 from __future__ import annotations
 
 from ...platform.interfaces import CollectiveTransport
-from ..context import Backend, Compiled, GraphContext
+from ..context import GraphContext
+from ..interface import Backend, Compiled
 from .compile import AclBuild, graph_device_type  # noqa: F401
 from .report import capture_report, reset_capture_report
 

@@ -30,7 +30,8 @@ import torch
 from ...base.envvars import env_flag
 from ...base.layout import OutputLayout, SymbolBinder, output_layouts, symbol_sources
 from ...base.util import input_device
-from ..context import Backend, Build, Compiled, GraphContext, boxed, own_copy
+from ..context import GraphContext, boxed, own_copy
+from ..interface import Backend, Build, Compiled
 from .fx2ge import ConvertedGraph, convert_graph
 from .output_views import ViewRebuilder, check_input_views, outputs_as_bases
 
