@@ -1,6 +1,6 @@
 """GE executors behind one interface (:class:`~torchair_dist.platform.interfaces.GeRuntime`):
 the CANN adapter on Ascend (lazily imported), and, where no CANN runtime exists, the stand-in
-that :mod:`torchair_dist.platform.stand_ins` picks (the CPU wing's reference executor)."""
+that :mod:`torchair_dist.cpu.stand_ins` picks (the CPU wing's reference executor)."""
 from __future__ import annotations
 
 from ....errors import GeRuntimeError
