@@ -88,7 +88,8 @@ proto: $(STAMP)
 	test -d $(GRPC_TOOLS_DIR)/grpc_tools || $(PY) -m pip install -q --no-deps --target $(GRPC_TOOLS_DIR) grpcio-tools==1.62.3
 	PYTHONPATH=$(GRPC_TOOLS_DIR) $(PY) -m grpc_tools.protoc -I $(GE_PROTO_DIR) --python_out=$(GE_PROTO_DIR) $(GE_PROTO_DIR)/ge_ir.proto
 
-# Regenerate the bundled GE op registry subset from the full registry (../shared by default).
+# Regenerate the bundled GE op registry subset from the full registry (REGISTRY=<path>; by default
+# the one backends/ge/registry_check.py finds: $TORCHAIR_DIST_GE_REGISTRY, else CI's beside the checkout).
 registry: $(STAMP)
 	$(PY) -m torchair_dist.backends.ge.registry_subset $(if $(REGISTRY),--registry $(REGISTRY))
 

@@ -2,10 +2,10 @@
 the ``torchair`` alias) and small stand-in models written here.
 
 Facts taken from vllm-ascend's source (the TorchAir graph-mode runner as it stood before its
-removal in December 2025, commit 0b65ac6c4b, and today's ``compilation/``): the calls, their
-arguments and the options it sets. Sources:
+removal in December 2025, commit 0b65ac6c4b, and today's compilation package): the calls,
+their arguments and the options it sets, described here in our words:
 
-* ``torchair/torchair_model_runner.py``: ``patch_for_hcom()``; ``CompilerConfig()`` with
+* the graph-mode model runner: ``patch_for_hcom()``; ``CompilerConfig()`` with
   ``mode``, ``experimental_config.frozen_parameter`` / ``tiling_schedule_optimize`` /
   ``enable_view_optimize``; ``torch._dynamo.config.capture_dynamic_output_shape_ops = True``;
   ``torch._dynamo.mark_static`` on input_ids, positions, attention metadata, the KV caches and
@@ -16,21 +16,21 @@ arguments and the options it sets. Sources:
   forward's code with a new ``co_name``, bound into ``model.__dict__``) given to
   ``torchair.inference.cache_compile(proxy, dynamic=..., fullgraph=True, cache_dir=...,
   config=config, ge_cache=False)``, compiled, then ``torch._dynamo.reset()`` and loaded.
-* ``torchair/torchair_mtp_proposer.py``: the same for the MTP drafter (``frozen_parameter=True``,
+* the MTP drafter's runner: the same for the drafter (``frozen_parameter=True``,
   ``tiling_schedule_optimize=True``), with ``previous_hidden_states`` as an argument.
-* ``torchair/utils.py``: ``from torchair.scope import super_kernel, npu_stream_switch,
+* the runner's TorchAir helpers: ``from torchair.scope import super_kernel, npu_stream_switch,
   npu_wait_tensor`` at import; wrappers calling ``npu_stream_switch(tag, priority)``,
   ``npu_wait_tensor(self, dependency)``, ``super_kernel(prefix, option)``.
 * fused MoE / w8a8 MoE: the shared expert on ``npu_stream_switch("moe_secondary", 0)`` with
   ``npu_wait_tensor``, ``super_kernel(prefix, "stream-fusion=1")`` around the MoE; MLA: q/k rope
   on ``npu_stream_switch("mla_secondary", 0)`` with ``npu_wait_tensor``.
-* ``compilation/compiler_interface.py`` (TorchAir fallback): ``config.mode =
+* the compiler interface's TorchAir fallback: ``config.mode =
   "reduce-overhead"``, ``config.debug.run_eagerly = True``,
   ``config.debug.aclgraph.disable_reinplace_inplaceable_ops_pass = True``,
   ``config.experimental_config.aclgraph._aclnn_static_shape_kernel`` (+ ``_sym_value_range``),
   ``backend = torchair.get_npu_backend(compiler_config=config)`` called as
   ``backend(graph, example_inputs)`` on a Dynamo FX graph.
-* ``compilation/passes/base_pattern.py``: ``import torchair as nge``;
+* the base of the pattern passes: ``import torchair as nge``;
   ``nge.register_replacement(search_fn=, replace_fn=, example_inputs=, extra_check=)`` with an
   ``extra_check`` that refuses a match whose nodes carry different ``node.meta["stream_label"]``.
 
@@ -57,7 +57,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TOL = dict(rtol=1e-5, atol=1e-5)  # GE lowers linear/softmax as its own ops: not bit-equal
 
 
-# -- vllm-ascend-shaped helpers (written here, after what its utils.py does) --------------------
+# -- vllm-ascend-shaped helpers (written here, after what its TorchAir helpers do) -----------------
 def npu_stream_switch(tag: str, priority: int, *, enabled: bool = True):
     return torchair.scope.npu_stream_switch(tag, priority) if enabled else nullcontext()
 
@@ -666,14 +666,14 @@ def u_stream_label_refuses_cross_stream_fusion(tmp_path, caplog):
 
 # -- import-time usages: run in a fresh interpreter with the alias ------------------------------
 _IMPORTS = {
-    # torchair_model_runner.py / torchair_mtp_proposer.py
+    # the graph-mode model runner / the MTP drafter
     "import_torchair_and_patch_for_hcom": "import torchair\nfrom torchair import patch_for_hcom\n"
                                           "patch_for_hcom()\nassert torchair.inference.cache_compile",
-    # torchair/utils.py
+    # the runner's TorchAir helpers
     "import_scope_names": "from torchair.scope import super_kernel as _super_kernel\n"
                           "from torchair.scope import npu_stream_switch as _npu_stream_switch\n"
                           "from torchair.scope import npu_wait_tensor as _npu_wait_tensor",
-    # compilation/passes/base_pattern.py
+    # the base of the pattern passes
     "import_torchair_as_nge": "try:\n    import npugraph_ex as nge\nexcept ImportError:\n"
                               "    import torchair as nge\nassert nge.register_replacement",
     # the CompilerConfig class a caller builds through torchair's own module path
@@ -735,16 +735,16 @@ USAGES = {
     # MTP proposer
     "mtp_torch_compile": u_mtp_torch_compile,
     "mtp_cache_compile": u_mtp_cache_compile,
-    # utils.py and the side streams
+    # the runner's TorchAir helpers and the side streams
     "import_scope_names": _import_usage("import_scope_names"),
     "stream_switch_positional_priority": u_stream_switch_positional_priority,
     "moe_side_stream_and_super_kernel": u_moe_side_stream_and_super_kernel,
     "mla_side_stream": u_mla_side_stream,
-    # compilation/compiler_interface.py (TorchAir fallback)
+    # the compiler interface's TorchAir fallback
     "compiler_interface_backend_call": u_compiler_interface_backend_call,
     "compiler_interface_capture": u_compiler_interface_capture_without_run_eagerly,
     "static_shape_kernel_options": u_static_shape_kernel_options,
-    # compilation/passes/base_pattern.py
+    # the base of the pattern passes
     "import_torchair_as_nge": _import_usage("import_torchair_as_nge"),
     "register_replacement_extra_check": u_register_replacement_extra_check,
     "stream_label_refuses_cross_stream_fusion": u_stream_label_refuses_cross_stream_fusion,

@@ -10,7 +10,8 @@ import torch.nn as nn
 
 import torchair_dist
 from torchair_dist.pipeline import route as compiler, stages as pipeline
-from torchair_dist.base.graph_context import Backend, GraphContext
+from torchair_dist.backends.interface import Backend
+from torchair_dist.base.graph_context import GraphContext
 from torchair_dist.errors import HandleMismatchError
 
 
@@ -98,8 +99,8 @@ def test_cold_compile_starts_and_warm_start_loads_the_handle(mode, tmp_path, mon
     monkeypatch.setattr(backend, "start", spy_start)
     monkeypatch.setattr(backend, "load", spy_load)
     monkeypatch.setattr(backend, "finish", spy_finish)
-    monkeypatch.setattr(consistency, "guard_first_run", spy_guard)
-    monkeypatch.setattr(pipeline, "_resolved", {})  # the table resolves the spy
+    stage = pipeline.STAGES["consistency"]  # the table holds the function: put the spy there
+    monkeypatch.setitem(pipeline.STAGES, "consistency", dataclasses.replace(stage, fn=spy_guard))
 
     cfg = torchair_dist.CompilerConfig()
     cfg.mode = mode

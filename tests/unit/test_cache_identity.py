@@ -120,10 +120,6 @@ def test_config_part_of_the_key_holds_no_address():
 
 
 # -- the library part of the key: derived from the stages that shaped the entry ------------
-_SHAPING_PACKAGES = tuple(f"torchair_dist.{p}" for p in (
-    "passes", "streams", "collectives", "pipeline", "scope", "backends"))
-
-
 def _module_file(name: str) -> str:
     import importlib.util
 
@@ -131,9 +127,9 @@ def _module_file(name: str) -> str:
 
 
 def _imports(name: str):
-    """The torchair_dist modules ``name``'s source imports (top level or inside functions)."""
+    """The torchair_dist modules ``name``'s source imports (top level or inside functions), found
+    here independently of the library's own reading (importlib's specs, not the files)."""
     import ast
-    import importlib.util
 
     path = _module_file(name)
     package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
@@ -143,13 +139,11 @@ def _imports(name: str):
             base = package.split(".")[:len(package.split(".")) - (node.level - 1)] \
                 if node.level else []
             full = ".".join(base + ([node.module] if node.module else []))
-            for alias in node.names:
-                sub = f"{full}.{alias.name}"
-                found.add(sub if importlib.util.find_spec(full) is not None and
-                          _is_module(sub) else full)
+            found.add(full)
+            found.update(f"{full}.{a.name}" for a in node.names if _is_module(f"{full}.{a.name}"))
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
-    return {m for m in found if m.startswith("torchair_dist")}
+    return {m for m in found if m.startswith("torchair_dist.") and m != name}
 
 
 def _is_module(name: str) -> bool:
@@ -161,53 +155,65 @@ def _is_module(name: str) -> bool:
         return False
 
 
-def _shaping_closure(name: str):
-    """``name`` and the graph-shaping modules it reaches through imports."""
-    seen, todo = set(), [name]
+def _closure(roots):
+    seen, todo = set(), list(roots)
     while todo:
         m = todo.pop()
-        if m in seen or not (m == name or m.startswith(_SHAPING_PACKAGES)):
-            continue
-        seen.add(m)
-        todo += _imports(m)
+        if m not in seen:
+            seen.add(m)
+            todo += _imports(m)
     return seen
 
 
-def _shaping_stages():
-    return [s for s in pipeline.STAGES.values() if s.level in pipeline.SHAPING_LEVELS]
+def _forget_library():
+    keys.library_digest.cache_clear()
+    keys.library_sources.cache_clear()
+    keys.imports_of.cache_clear()
 
 
-@pytest.mark.parametrize("stage", [s.name for s in _shaping_stages()])
-def test_every_shaping_stage_names_the_code_that_shapes_its_graphs(stage):
-    """Each stage that shapes a stored graph has a module declaring GRAPH_SOURCES: itself first,
-    then every graph-shaping module its code imports (directly or not). Removing a module's
-    declaration, or adding a stage whose module has none, fails here."""
-    import importlib
+@pytest.fixture
+def edited_source(monkeypatch):
+    """``edit(module)``: from now on the key reads ``module``'s source with a line appended (as
+    if the file had been changed); the per-process memo is cleared before and after."""
+    real = keys._module_source
+    edited = set()
 
-    name = pipeline.STAGES[stage].fn.split(":")[0]
-    sources = getattr(importlib.import_module(name), "GRAPH_SOURCES", None)
-    assert sources and sources[0] == name, f"{name} declares no GRAPH_SOURCES (itself first)"
-    missing = _shaping_closure(name) - set(sources)
-    assert not missing, f"{name}.GRAPH_SOURCES lacks {sorted(missing)}"
+    def source(name):
+        data = real(name)
+        return data + b"\n# fixed\n" if name in edited else data
+
+    monkeypatch.setattr(keys, "_module_source", source)
+    _forget_library()
+    yield edited.add
+    monkeypatch.undo()
+    _forget_library()
 
 
-def test_an_unidentified_stage_is_refused(monkeypatch):
-    stage = pipeline.Stage("mystery", "torchair_dist.base.util:input_device", "aot-pass", "doc")
-    row = pipeline.MODE_TABLE["npugraph_ex"]
-    monkeypatch.setitem(pipeline.STAGES, "mystery", stage)
-    monkeypatch.setitem(pipeline.MODE_TABLE, "npugraph_ex",
-                        dataclasses.replace(row, stages=row.stages + ("mystery",)))
-    with pytest.raises(RuntimeError, match="declares no GRAPH_SOURCES"):
-        pipeline.graph_sources("npugraph_ex")
+@pytest.mark.parametrize("mode", sorted(pipeline.MODE_TABLE))
+def test_the_library_part_is_the_import_closure_of_the_shaping_stages(mode):
+    """No list is kept by hand: the modules keyed are those of the stages up to the observation
+    point (and the import-time remaps, the decomposition table), and everything they import,
+    transitively, as found from their source here by another reading."""
+    roots = pipeline.shaping_modules(mode)
+    assert {s.fn.__module__ for s in pipeline.stages_of(mode)
+            if s.level in pipeline.SHAPING_LEVELS} <= set(roots)
+    sources = keys.library_sources(mode)
+    assert set(sources) == _closure(roots)
+    assert len(sources) == len(set(sources))
+    assert not [m for m in sources if m.startswith("torchair_dist.backends")
+                or m.startswith("torchair_dist.cpu") or m.startswith("torchair_dist.cache")]
 
 
 @pytest.mark.parametrize("mode", sorted(pipeline.MODE_TABLE))
 def test_library_part_follows_the_row(mode):
-    sources = pipeline.graph_sources(mode)
+    sources = keys.library_sources(mode)
     assert "torchair_dist.passes.stream_ordering" in sources  # stream_labels / stream_order
     assert "torchair_dist.passes.scope_lowering" in sources  # scope_ops
-    assert "torchair_dist.streams.scope_ops" in sources
-    assert "torchair_dist.collectives.remap" in sources
+    assert "torchair_dist.streams.scope_ops" in sources  # imported by scope_lowering
+    assert "torchair_dist.collectives.remap" in sources  # installed at import
+    # handed to the aot stage by the entry, and what the table is merged from
+    assert {"torchair_dist.pipeline.decomposition_table", "torchair_dist.pipeline.torch_patches",
+            "torchair_dist.collectives.decompositions"} <= set(sources)
     assert all(os.path.exists(_module_file(m)) for m in sources)
     if mode == "max-autotune":
         assert "torchair_dist.passes.topo_sort" in sources
@@ -216,26 +222,69 @@ def test_library_part_follows_the_row(mode):
         assert "torchair_dist.passes.remove_cat" in sources
 
 
-def test_changing_stream_ordering_misses_the_cache(monkeypatch):
-    """The stream-ordering stages' source is part of the key: a fixed event-insertion bug is a
-    miss, never a load of a graph the old code shaped."""
-    import pathlib
+def test_a_module_imported_only_indirectly_changes_the_key(edited_source):
+    """A helper no stage module imports itself, reached through another module's imports: a
+    change to its source is a miss in every mode that reaches it."""
+    mode = "npugraph_ex"
+    roots = pipeline.shaping_modules(mode)
+    direct = set(roots).union(*(_imports(r) for r in roots))
+    indirect = [m for m in keys.library_sources(mode) if m not in direct]
+    assert indirect, "every keyed module is imported by a stage module itself"
+    before = {m: keys.library_digest(m) for m in pipeline.MODE_TABLE}
+    for module in indirect:
+        _forget_library()
+        edited_source(module)
+        after = {m: keys.library_digest(m) for m in pipeline.MODE_TABLE}
+        changed = {m for m in before if before[m] != after[m]}
+        assert changed == {m for m in before if module in keys.library_sources(m)}, module
+        assert mode in changed, module
+        before = after
 
-    before = {mode: keys.library_digest(mode) for mode in pipeline.MODE_TABLE}
-    ordering = pathlib.Path(_module_file("torchair_dist.passes.stream_ordering")).resolve()
-    real_read = pathlib.Path.read_bytes
 
-    def edited(path):
-        data = real_read(path)
-        return data + b"\n# fixed\n" if path.resolve() == ordering else data
+def test_a_module_outside_the_closure_leaves_the_key(edited_source):
+    """Code that runs after the observation point (the capture stand-in, a backend's steps, the
+    cache itself) is not part of what shaped a stored graph: changing it keeps every key."""
+    outside = ["torchair_dist.cpu.record", "torchair_dist.backends.ge.export",
+               "torchair_dist.cache.store"]
+    for mode in pipeline.MODE_TABLE:
+        assert not set(outside) & set(keys.library_sources(mode))
+    before = {m: keys.library_digest(m) for m in pipeline.MODE_TABLE}
+    for module in outside:
+        edited_source(module)
+    _forget_library()
+    assert {m: keys.library_digest(m) for m in pipeline.MODE_TABLE} == before
 
-    monkeypatch.setattr(pathlib.Path, "read_bytes", edited)
-    keys.library_digest.cache_clear()
+
+def test_a_new_shaping_stage_brings_its_module_and_imports_into_the_key(monkeypatch):
+    """Adding a stage needs no declaration: its function's module, and what that imports, are
+    keyed from then on."""
+    from torchair_dist.base import layout
+
+    fn = next(v for v in vars(layout).values()
+              if callable(v) and getattr(v, "__module__", None) == layout.__name__)
+    stage = pipeline.Stage("mystery", fn, "aot-pass", "doc")
+    row = pipeline.MODE_TABLE["npugraph_ex"]
+    before = keys.library_sources("npugraph_ex")
+    assert layout.__name__ not in before
+    monkeypatch.setitem(pipeline.STAGES, "mystery", stage)
+    monkeypatch.setitem(pipeline.MODE_TABLE, "npugraph_ex",
+                        dataclasses.replace(row, stages=row.stages + ("mystery",)))
+    _forget_library()
     try:
-        after = {mode: keys.library_digest(mode) for mode in pipeline.MODE_TABLE}
+        after = keys.library_sources("npugraph_ex")
+        assert layout.__name__ in after and _imports(layout.__name__) <= set(after)
     finally:
         monkeypatch.undo()
-        keys.library_digest.cache_clear()
+        _forget_library()
+
+
+def test_changing_stream_ordering_misses_the_cache(edited_source):
+    """The stream-ordering stages' source is part of the key: a fixed event-insertion bug is a
+    miss, never a load of a graph the old code shaped."""
+    before = {mode: keys.library_digest(mode) for mode in pipeline.MODE_TABLE}
+    edited_source("torchair_dist.passes.stream_ordering")
+    _forget_library()
+    after = {mode: keys.library_digest(mode) for mode in pipeline.MODE_TABLE}
     assert all(before[m] != after[m] for m in before)
 
 

@@ -1,5 +1,5 @@
 """The record replay re-issues aten calls through torch's Python bindings where a probe proves
-they dispatch the same call (backends/aclgraph/bindings.py), and passes a Python number as a
+they dispatch the same call (cpu/bindings.py), and passes a Python number as a
 0-dim tensor only where the result type provably stays the same."""
 import pytest
 import torch

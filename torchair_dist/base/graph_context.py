@@ -1,19 +1,17 @@
-"""What the compiler hands a backend: one AOT forward graph and everything known about it, and
-the small interface every backend implements (:class:`Backend`: start a build from a graph or
-from a handle, finish it into a runner and a handle).
+"""What the compiler hands a backend: one AOT forward graph and everything known about it
+(:class:`GraphContext`), and the runner convention (boxed runners). The interface every backend
+implements lives with the backends (:mod:`torchair_dist.backends.interface`).
 
-A ground-floor module (it imports nothing of torchair_dist but ``util``): the collectives'
-cross-rank check and the cache read ``GraphContext`` too.
+A ground-floor module (it imports nothing of torchair_dist but ``util``): the
+collectives' cross-rank check and the cache read ``GraphContext`` too.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from ..errors import HandleMismatchError
 from .util import current_rank_and_world  # noqa: F401 - re-exported
 
 
@@ -77,6 +75,12 @@ def eager_runner(gm: torch.fx.GraphModule) -> Runner:
     return boxed(run)
 
 
+def eager_stage(ctx: GraphContext) -> Runner:
+    """The ``run_eagerly`` stage of the route (and a summary's ``skip_compile``): the FX graph
+    runs as it is, instead of the backend."""
+    return eager_runner(ctx.gm)
+
+
 def own_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A copy of ``gm`` a backend may rewrite (lower, decompose, hand to inductor) without the
     observers of ``GraphContext.gm`` seeing it: new nodes (same names, meta dicts copied
@@ -89,69 +93,3 @@ def own_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     copied = torch.fx.GraphModule(gm, graph, gm.__class__.__name__)
     copied.meta = dict(getattr(gm, "meta", {}))
     return copied
-
-
-@dataclasses.dataclass
-class Build:
-    """What a backend's steps work on, one graph's build: a backend subclasses it with the
-    fields its steps fill in. ``ctx``: the graph as the compiler passed it (read only)."""
-
-    ctx: GraphContext
-
-
-@dataclasses.dataclass(frozen=True)
-class Compiled:
-    """One compiled graph: ``runner`` (boxed) and ``handle``, JSON data that the same backend's
-    :meth:`Backend.load` takes back, with the graph, to make the runner again in another
-    process (None: the runner is a debug runner, nothing to load)."""
-
-    runner: Runner
-    handle: Optional[Dict[str, Any]]
-
-
-class Backend:
-    """A mode's graph compiler, one instance per backend (``pipeline.MODE_TABLE`` names it).
-
-    The pipeline's route calls it, top to bottom, once per graph (vLLM's
-    ``CompilerInterface`` shape: compile a graph into a runnable and a handle; load a handle)::
-
-        build = backend.start(ctx)             # a fresh compile  | backend.load(handle, ctx)
-        build = <the mode row's backend steps>(build)   # the stage table runs them
-        compiled = backend.finish(build)       # Compiled(runner, handle)
-
-    ``start(ctx)``: the :class:`Build` of a freshly traced and passed graph. ``load(handle,
-    ctx)``: the build of a graph rebuilt from storage (``ctx.gm``: the rebuilt,
-    shape-propagated graph) with the ``handle`` a ``finish`` wrote; by default the handle is
-    checked (same backend, same :attr:`handle_format`) and the graph is built like a fresh
-    one. ``finish(build)``: the runner and the handle. A backend never calls a step, never
-    calls the pipeline back, and never writes ``ctx.gm``. The cross-rank check wraps the
-    runner in the route (``route.build_runner``), for both paths alike.
-    """
-
-    name = "backend"
-    #: what a handle of this backend stands for (the graph data is stored beside it)
-    handle_format = "fx-graph"
-
-    def start(self, ctx: GraphContext) -> Build:
-        raise NotImplementedError(f"backend {self.name!r} does not compile graphs")
-
-    def load(self, handle: Dict[str, Any], ctx: GraphContext) -> Build:
-        if handle.get("backend") != self.name or handle.get("format") != self.handle_format:
-            raise HandleMismatchError(
-                f"backend {self.name!r} ({self.handle_format}) cannot load a handle of "
-                f"{handle.get('backend')!r} ({handle.get('format')})")
-        return self.start(ctx)
-
-    def finish(self, build: Build) -> Compiled:
-        raise NotImplementedError(f"backend {self.name!r} does not compile graphs")
-
-    def steps_context(self):
-        """The context the route runs this backend's steps in (default: none)."""
-        return contextlib.nullcontext()
-
-    def handle(self, build: Build) -> Dict[str, Any]:
-        """The JSON handle of ``build`` (what :meth:`load` checks)."""
-        return {"backend": self.name, "format": self.handle_format}
-
-    def __repr__(self) -> str:
-        return f"<torchair_dist backend {self.name}>"

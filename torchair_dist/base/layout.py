@@ -3,8 +3,6 @@
 A compiled graph must hand back what eager would: the same values *and* the same layout. A view,
 ``as_strided`` or ``resize`` reads storage order; a caller's ``.view()`` needs eager's strides.
 
-- :func:`same_layout_copy`: a private copy of a tensor with its sizes, strides and storage
-  offset (a capture's static input buffer);
 - :func:`written_part`: a tensor with its expanded dims narrowed to one element (what a copy
   into a buffer of that layout writes);
 - :class:`OutputLayout` / :func:`output_layouts`: what layout each output of an FX graph must
@@ -60,20 +58,6 @@ def empty_with_layout(size: Sequence[int], stride: Sequence[int], offset: int,
         (n - 1) * s for n, s in zip(size, stride))
     storage = torch.empty(offset + extent, dtype=like.dtype, device=like.device)
     return storage.as_strided(tuple(size), tuple(stride), offset)
-
-
-def same_layout_copy(x: torch.Tensor) -> torch.Tensor:
-    """A private copy of ``x`` with its sizes, strides and storage offset. Expanded dims
-    (stride 0) are allocated and copied once; a tensor whose memory overlaps otherwise gets a
-    dense copy (such a layout cannot be written)."""
-    buf = empty_with_layout(x.size(), x.stride(), x.storage_offset(), x)
-    dst = written_part(buf)
-    if torch._debug_has_internal_overlap(dst) == 1:
-        buf = torch.empty_like(x, memory_format=torch.contiguous_format)
-        buf.copy_(x)
-        return buf
-    dst.copy_(written_part(x))
-    return buf
 
 
 def clone_keeping_views(outs: Sequence[Any], keep: Sequence[bool] = ()) -> List[Any]:

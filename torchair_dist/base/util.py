@@ -177,7 +177,6 @@ PROCESS_STATE = {
         "(shm.reset() after destroying the groups)",
     "torchair_dist.cpu.shm:_by_group": "as cpu.shm:_channels",
     "torchair_dist.pipeline.torch_patches:_applied": "platform patches applied once per process",
-    "torchair_dist.pipeline.stages:_resolved": "stage functions already imported (a memo)",
     "torchair_dist.streams.api:_tagged_events":
         "tagged events the user created by tag: they live as long as the process, as "
         "TorchAir's do",

@@ -3,6 +3,7 @@ shapes) and the per-call input signature. How code and values are described in t
 is :mod:`.identity`."""
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import hashlib
@@ -12,7 +13,7 @@ import json
 import pathlib
 import sys
 import types
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.utils._pytree as pytree
@@ -34,22 +35,95 @@ def _versions(mode: str) -> Dict[str, Any]:
 @functools.lru_cache(maxsize=None)
 def library_digest(mode: str) -> str:
     """sha256 of the source of every module that shaped a graph stored for ``mode``
-    (``pipeline.stages.graph_sources``: the stages of the mode's row up to the observation
-    point, each naming its own modules) — derived from the table, computed once per process
-    and mode: a changed pass with the same ``__version__`` never loads a graph an older one
-    shaped. The backend's steps are not in it: they run again on load."""
-    from ..pipeline.stages import graph_sources
-
+    (:func:`library_sources`: the modules of the stages of the mode's row up to the
+    observation point and every library module they import, transitively) — computed once
+    per process and mode: a changed pass, or a helper it reaches through imports, with the
+    same ``__version__`` never loads a graph an older one shaped. The backend's steps are not
+    in it: they run again on load."""
     h = hashlib.sha256()
-    for name in graph_sources(mode):
+    for name in library_sources(mode):
         h.update(name.encode())
         h.update(b"\0")
-        h.update(_module_file(name).read_bytes())
+        h.update(_module_source(name))
         h.update(b"\0")
     return h.hexdigest()
 
 
+_PACKAGE = __name__.split(".")[0]
+
+
+@functools.lru_cache(maxsize=None)
+def library_sources(mode: str) -> Tuple[str, ...]:
+    """The library modules whose code shapes a graph compiled in ``mode``: the import closure
+    of ``pipeline.stages.shaping_modules(mode)`` (each module, then what it imports), found
+    from the modules' own source: every ``import`` / ``from ... import`` of a module of this
+    package, at top level or inside a function, followed transitively. The package's own
+    ``__init__`` (the public API, which imports everything) is never followed."""
+    from ..pipeline.stages import shaping_modules
+
+    found: List[str] = []
+    todo = list(reversed(shaping_modules(mode)))
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found.append(name)
+        todo += reversed([m for m in imports_of(name) if m not in found])
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=None)
+def imports_of(name: str) -> Tuple[str, ...]:
+    """The modules of this package that module ``name``'s source imports (function-level
+    imports included; ``from pkg import sub`` names ``pkg`` and, where ``sub`` is a module,
+    ``pkg.sub``), in source order, the package root left out."""
+    path = _module_file(name)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: List[str] = []
+
+    def add(module: str) -> None:
+        if module != _PACKAGE and module.startswith(_PACKAGE + ".") and module not in found \
+                and module != name and _is_module(module):
+            found.append(module)
+
+    for node in ast.walk(ast.parse(_module_source(name), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] +
+                                ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            add(base)
+            for alias in node.names:
+                add(f"{base}.{alias.name}")
+    return tuple(found)
+
+
+def _package_dir() -> pathlib.Path:
+    return pathlib.Path(__file__).resolve().parents[1]
+
+
+def _is_module(name: str) -> bool:
+    """Whether ``name`` (inside this package) is a module or a package of it, from the files."""
+    rel = pathlib.Path(*name.split(".")[1:])
+    root = _package_dir()
+    return (root / rel).with_suffix(".py").is_file() or (root / rel / "__init__.py").is_file()
+
+
+def _module_source(name: str) -> bytes:
+    """The source of module ``name``, as the key hashes it."""
+    return _module_file(name).read_bytes()
+
+
 def _module_file(name: str) -> pathlib.Path:
+    if name.startswith(_PACKAGE + ".") and _is_module(name):
+        rel = pathlib.Path(*name.split(".")[1:])
+        file = (_package_dir() / rel).with_suffix(".py")
+        return file if file.is_file() else _package_dir() / rel / "__init__.py"
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.origin:
         raise RuntimeError(f"{name}: no source file to key the compile cache on")

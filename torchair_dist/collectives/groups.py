@@ -13,7 +13,7 @@ a live ``ProcessGroup`` (the default group when the ranks are the whole world).
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Union
+from typing import List, Sequence, Union
 
 import torch.distributed as dist
 
@@ -109,11 +109,6 @@ def resolve(name: str) -> "dist.ProcessGroup":
         f"no process group with ranks {ranks} and tag {tag!r} exists in this process; "
         f"create it with torch.distributed.new_group({ranks}) on every rank first"
     )
-
-
-def group_name_of_world() -> Optional[str]:
-    """The stable name of the default group, or None when torch.distributed is not initialised."""
-    return stable_name_of(None) if dist.is_initialized() else None
 
 
 _hccl_warned: set = set()

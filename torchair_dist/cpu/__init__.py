@@ -7,9 +7,10 @@
 * :mod:`.shm`, :mod:`.shm_graph`, :mod:`.transport`: the shared-memory exchange between the
   ranks of one host (``distributed_config.cpu_shm_collectives``);
 * :mod:`.ge_reference`: the GE reference executor and its kernels (``max-autotune`` without
-  CANN).
+  CANN);
+* :mod:`.stand_ins`: the one place that picks these implementations for this process's
+  platform (nothing on a device).
 
-Device code never imports this package: it talks to the seams of
-:mod:`torchair_dist.platform.interfaces`, and :mod:`torchair_dist.platform.stand_ins` is the one
-place that picks these implementations.
+Device code talks to the seams of :mod:`torchair_dist.platform.interfaces` and, outside this
+package, imports only :mod:`.stand_ins`, the wing's one door; ``platform/`` imports nothing of it.
 """

@@ -14,10 +14,6 @@ from typing import Callable
 import torch
 import torch.fx
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__,)
-
 log = logging.getLogger("torchair_dist")
 aten = torch.ops.aten
 
@@ -177,31 +173,35 @@ def _takes_graph_only(fn: Callable) -> bool:
 _warned_graph_only: set = set()
 
 
-def _custom(name: str) -> Callable:
-    def run(gm, example_inputs, config):
-        fn = config.get(name)  # the stage runs only when it is set (its gate)
-        if _takes_graph_only(fn):
-            key = (name, getattr(fn, "__qualname__", repr(fn)))
-            if key not in _warned_graph_only:
-                _warned_graph_only.add(key)
-                log.warning("%s %s takes one argument: called as fn(gm.graph) (inductor's "
-                            "convention); TorchAir calls fn(gm, example_inputs, config)",
-                            name, key[1])
-            result = fn(gm.graph)
-        else:
-            result = fn(gm, example_inputs, config)
-        if isinstance(result, torch.fx.GraphModule):
-            gm = result
-        gm.graph.lint()
-        gm.recompile()
-        return gm
-
-    run.__name__ = name
-    run.__doc__ = (f"Run config.{name} as TorchAir does, fn(gm, example_inputs, config) (the "
-                   f"pass edits gm in place or returns a GraphModule); a one-argument pass is "
-                   f"called as fn(gm.graph) with a warning.")
-    return run
+def _run_custom(name: str, gm, example_inputs, config):
+    """Run ``config.<name>`` as TorchAir does, ``fn(gm, example_inputs, config)`` (the pass edits
+    ``gm`` in place or returns a GraphModule); a one-argument pass is called as
+    ``fn(gm.graph)`` (inductor's convention) with a warning."""
+    fn = config.get(name)  # the stage runs only when it is set (its gate)
+    if _takes_graph_only(fn):
+        key = (name, getattr(fn, "__qualname__", repr(fn)))
+        if key not in _warned_graph_only:
+            _warned_graph_only.add(key)
+            log.warning("%s %s takes one argument: called as fn(gm.graph) (inductor's "
+                        "convention); TorchAir calls fn(gm, example_inputs, config)",
+                        name, key[1])
+        result = fn(gm.graph)
+    else:
+        result = fn(gm, example_inputs, config)
+    if isinstance(result, torch.fx.GraphModule):
+        gm = result
+    gm.graph.lint()
+    gm.recompile()
+    return gm
 
 
-custom_pre_pass = _custom("post_grad_custom_pre_pass")
-custom_post_pass = _custom("post_grad_custom_post_pass")
+def custom_pre_pass(gm, example_inputs, config):
+    """The ``custom_pre_pass`` stage: the user's ``post_grad_custom_pre_pass`` (see
+    :func:`_run_custom`)."""
+    return _run_custom("post_grad_custom_pre_pass", gm, example_inputs, config)
+
+
+def custom_post_pass(gm, example_inputs, config):
+    """The ``custom_post_pass`` stage: the user's ``post_grad_custom_post_pass`` (see
+    :func:`_run_custom`)."""
+    return _run_custom("post_grad_custom_post_pass", gm, example_inputs, config)

@@ -24,12 +24,6 @@ from ..base.util import source_line
 from ..streams.order_model import GraphOrder
 from .overlap import COMM_NAMESPACES, WAIT, _namespace_and_name, node_kind
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__, "torchair_dist.collectives.spec", "torchair_dist.passes.overlap",
-                 "torchair_dist.streams.order_model", "torchair_dist.streams.runtime",
-                 "torchair_dist.streams.stream_ops")
-
 
 def _is_collective(node: torch.fx.Node) -> bool:
     """A communication op (functional or in-place, collective or p2p), not its wait."""

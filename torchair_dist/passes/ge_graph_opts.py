@@ -25,10 +25,6 @@ from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from .overlap import COMPUTE, node_kind
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__, "torchair_dist.collectives.spec", "torchair_dist.passes.overlap")
-
 log = logging.getLogger("torchair_dist")
 
 

@@ -20,12 +20,6 @@ from ..base.envvars import env_flag
 from ..errors import GraphValidationError
 from ..streams.order_model import GraphOrder
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__, "torchair_dist.collectives.spec", "torchair_dist.streams.order_model",
-                 "torchair_dist.passes.stream_rewrite", "torchair_dist.streams.runtime",
-                 "torchair_dist.streams.stream_ops")
-
 CHECK_ENV = "TORCHAIR_DIST_CHECK_STREAM_ORDER"
 
 

@@ -38,10 +38,6 @@ import torch.fx
 from ..collectives import spec
 from ..base.util import namespace_and_name
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__, "torchair_dist.collectives.spec")
-
 log = logging.getLogger("torchair_dist")
 
 # Namespaces whose ops are communication (collectives and p2p; order among them is fixed) and

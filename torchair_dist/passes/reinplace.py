@@ -30,13 +30,6 @@ from ..collectives import spec
 from .reinplace_inputs import SCATTER_OPS, inplace_twin, same_meta
 from .stream_ordering import same_stream, streams_of
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__, "torchair_dist.collectives.spec",
-                 "torchair_dist.passes.reinplace_inputs", "torchair_dist.passes.stream_ordering",
-                 "torchair_dist.passes.stream_rewrite", "torchair_dist.streams.runtime",
-                 "torchair_dist.streams.stream_ops", "torchair_dist.streams.order_model")
-
 aten = torch.ops.aten
 _c10d = torch.ops._c10d_functional
 

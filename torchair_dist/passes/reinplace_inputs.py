@@ -29,12 +29,6 @@ import torch.fx
 
 from .stream_ordering import same_stream, streams_of
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__, "torchair_dist.passes.stream_ordering", "torchair_dist.passes.stream_rewrite",
-                 "torchair_dist.streams.runtime", "torchair_dist.streams.stream_ops",
-                 "torchair_dist.collectives.spec", "torchair_dist.streams.order_model")
-
 log = logging.getLogger("torchair_dist")
 aten = torch.ops.aten
 

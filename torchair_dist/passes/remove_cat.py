@@ -29,10 +29,6 @@ from typing import Dict, List, Optional
 import torch
 import torch.fx
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__,)
-
 log = logging.getLogger("torchair_dist")
 aten = torch.ops.aten
 

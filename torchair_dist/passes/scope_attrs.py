@@ -17,12 +17,6 @@ import torch
 
 from ..scope import SCOPE_KEYS
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__, "torchair_dist.scope",
-                 "torchair_dist.streams.api", "torchair_dist.streams.runtime",
-                 "torchair_dist.streams.stream_ops")
-
 log = logging.getLogger("torchair_dist")
 
 _warned: set = set()

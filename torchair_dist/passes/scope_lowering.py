@@ -29,12 +29,6 @@ from ..streams.scope_ops import NAMESPACES
 from ..streams.stream_ops import ops
 from .stream_rewrite import add_fork_join, where
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__, "torchair_dist.streams.scope_ops",
-                 "torchair_dist.passes.stream_rewrite", "torchair_dist.streams.runtime",
-                 "torchair_dist.streams.stream_ops")
-
 
 def _kind(node: torch.fx.Node) -> str:
     """"enter" / "exit" for a scope op (either namespace), else ""."""

@@ -7,10 +7,6 @@ import warnings
 
 from ..collectives.p2p import assign_tags, count_p2p
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__, "torchair_dist.collectives.p2p", "torchair_dist.collectives.spec")
-
 
 def preprocess_send_recv(gm, config):
     """The ``send_recv`` stage, on the Dynamo graph before AOT. Returns the graph.

@@ -48,12 +48,6 @@ from ..streams.order_model import GraphOrder
 from ..streams.stream_ops import NAMESPACE, ops
 from .stream_rewrite import where
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__, "torchair_dist.collectives.spec", "torchair_dist.streams.order_model",
-                 "torchair_dist.passes.stream_rewrite", "torchair_dist.streams.runtime",
-                 "torchair_dist.streams.stream_ops")
-
 log = logging.getLogger("torchair_dist")
 
 LABEL = "stream_label"

@@ -39,10 +39,6 @@ from ..errors import GraphValidationError
 from ..streams import runtime
 from ..streams.stream_ops import NAMESPACE, ops
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__, "torchair_dist.streams.runtime", "torchair_dist.streams.stream_ops")
-
 log = logging.getLogger("torchair_dist")
 
 _graph_ids = itertools.count()

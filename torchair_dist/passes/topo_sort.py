@@ -26,12 +26,6 @@ import torch.fx
 from ..streams import stream_ops
 from .overlap import COMPUTE, node_kind
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__,
-                 "torchair_dist.collectives.spec", "torchair_dist.passes.overlap",
-                 "torchair_dist.streams.runtime", "torchair_dist.streams.stream_ops")
-
 REORDERING = ("BFS", "RDFS")
 
 

@@ -15,10 +15,6 @@ from typing import Any, Callable, Dict, Optional, Sequence
 import torch
 from torch._inductor import pattern_matcher as _pm
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__,)
-
 log = logging.getLogger("torchair_dist")
 
 fwd_only = _pm.fwd_only

@@ -10,10 +10,6 @@ import torch.fx
 from ..errors import GraphValidationError
 from ..base.util import source_line
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__,)
-
 _PY_OK = {operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv,
           operator.truediv, operator.mod, operator.neg, operator.eq, operator.ne, operator.lt,
           operator.le, operator.gt, operator.ge, operator.pow, operator.abs, operator.pos,

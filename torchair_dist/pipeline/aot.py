@@ -22,13 +22,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-# The code that decides what this module's stages make of a graph: the compile cache's key
-# hashes it for every stage that shaped a stored entry (cache/keys.py: library_digest).
-GRAPH_SOURCES = (__name__,
-                 "torchair_dist.pipeline.decomposition_table",
-                 "torchair_dist.pipeline.torch_patches",
-                 "torchair_dist.collectives.decompositions")
-
 log = logging.getLogger("torchair_dist")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib
 import itertools
 import logging
 import re
@@ -14,8 +13,8 @@ import torch
 
 from . import stages as pipeline
 from ..configs import CompilerConfig
-from ..base.graph_context import (Backend, Build, Compiled, GraphContext,
-                                  current_rank_and_world, eager_runner)
+from ..backends.interface import Backend, Build, Compiled
+from ..base.graph_context import GraphContext, current_rank_and_world
 from ..base.torch_support import torch_at_least
 from ..base.util import calling_rank, on_dynamo_reset, ranks_are_threads
 from ..collectives import failures
@@ -24,9 +23,6 @@ from ..passes.graph_info import mutated_input_indices
 from .aot import keep_input_versions
 
 log = logging.getLogger("torchair_dist")
-
-# Views of the declared pipeline (torchair_dist.pipeline.stages), kept for callers of this module.
-MODE_BACKENDS: Dict[str, str] = {mode: row.backend for mode, row in pipeline.MODE_TABLE.items()}
 
 _graph_ids = itertools.count()
 
@@ -83,16 +79,9 @@ def _observe_stage(name: str, gm: torch.fx.GraphModule) -> None:
 
 
 def backend_for_mode(mode: str) -> Backend:
-    """The :class:`~torchair_dist.pipeline.graph_context.Backend` object that serves ``mode`` (its
-    ``pipeline.MODE_TABLE`` row names it)."""
-    row = pipeline.mode_row(mode)
-    module_name, attr = row.backend.split(":")
-    backend = getattr(importlib.import_module(module_name), attr, None)
-    if not isinstance(backend, Backend):
-        raise BackendUnavailableError(
-            f"mode {mode!r} needs {row.backend}, which this build lacks; "
-            f"use mode='npugraph_ex'")
-    return backend
+    """The :class:`~torchair_dist.backends.interface.Backend` object that serves ``mode`` (its
+    ``pipeline.MODE_TABLE`` row holds it)."""
+    return pipeline.mode_row(mode).backend
 
 
 def build_runner(ctx: GraphContext) -> Compiled:
@@ -180,21 +169,6 @@ def _one_rank_only(runner, ctx: GraphContext):
 
     run._boxed_call = True
     return run
-
-
-def eager_stage(ctx: GraphContext):
-    """The ``run_eagerly`` stage: the FX graph runs as it is, instead of the backend."""
-    return eager_runner(ctx.gm)
-
-
-def start_backend(ctx: GraphContext) -> Build:
-    """The ``compile`` stage: the mode's backend starts the build of ``ctx``'s graph (its steps,
-    the row's ``backend`` stages, follow in :func:`build_runner`): a fresh one, or from the
-    handle the graph was stored with."""
-    backend = backend_for_mode(ctx.config.get("mode"))
-    if ctx.handle is not None:
-        return backend.load(ctx.handle, ctx)
-    return backend.start(ctx)
 
 
 def make_context(gm: torch.fx.GraphModule, example_inputs, config: CompilerConfig,

@@ -33,10 +33,20 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
+from ..backends import aclgraph, ge, interface
+from ..backends.aclgraph import compile as acl
 from ..backends.ge.runtime import cann_options as _cann
+from ..base import dumps, graph_context
+from ..collectives import collective_ops, consistency, remap
 from ..configs import CompilerConfig
+from ..cpu import stand_ins
 from ..errors import UnsupportedModeError
-from ..passes.topo_sort import REORDERING as _REORDERING
+from ..passes import (common, deadlock_check, ge_graph_opts, happens_before, overlap,
+                      pattern_fusion, reinplace, reinplace_inputs, remove_cat, scope_attrs,
+                      scope_lowering, send_recv, stream_ordering, stream_rewrite, topo_sort,
+                      user_patterns, validate)
+from ..tools import fx_summary
+from . import aot, decomposition_table
 
 ALL_PLATFORMS: FrozenSet[str] = frozenset({"npu", "cuda", "cpu"})
 
@@ -50,12 +60,14 @@ ALWAYS_READ: FrozenSet[str] = frozenset({"mode"})
 OBSERVATION_POINT = "validate"
 
 # The levels whose stages shape the graph a compile-cache entry stores (the graph at the
-# observation point); each such stage's module names its sources (``GRAPH_SOURCES``), which
-# the cache's key hashes (``cache.keys.library_digest``). What Dynamo traces is shaped before
-# any stage by the remaps installed at import: TRACE_SOURCES.
+# observation point); the cache's key hashes the source of each such stage's module and of the
+# library modules it imports, transitively (``cache.keys.library_digest``). Two more roots of
+# that closure are not stage modules: what Dynamo traces is shaped before any stage by the
+# remaps installed at import (TRACE_SOURCES), and the aot stage is handed its decompositions
+# by the backend entry (HANDED_SOURCES: the table they are merged from).
 SHAPING_LEVELS: Tuple[str, ...] = ("dynamo-pass", "aot", "aot-pass")
-TRACE_SOURCES: Tuple[str, ...] = ("torchair_dist.collectives.remap",
-                                  "torchair_dist.collectives.collective_ops")
+TRACE_SOURCES: Tuple[str, ...] = (remap.__name__, collective_ops.__name__)
+HANDED_SOURCES: Tuple[str, ...] = (decomposition_table.__name__,)
 
 
 def _is_set(value) -> bool:
@@ -83,7 +95,7 @@ class Stage:
     """
 
     name: str
-    fn: str                                   # "module:function"
+    fn: Callable                              # the function the runner calls (its level's convention)
     level: str                                # dynamo-pass | aot | aot-pass | route | backend | runtime
     doc: str
     gate: Optional[str] = None
@@ -98,8 +110,6 @@ class Stage:
     def platform_set(self) -> FrozenSet[str]:
         if self.needs is None:
             return ALL_PLATFORMS
-        from ..platform import stand_ins
-
         return stand_ins.platforms_with(self.needs)
 
     def runs(self, config: CompilerConfig, tracked: bool = False) -> bool:
@@ -116,12 +126,6 @@ class Stage:
         return ((self.gate,) if self.gate else ()) + self.reads
 
 
-def _check_stream_order(value) -> bool:
-    from ..passes.happens_before import check_enabled
-
-    return check_enabled(value)
-
-
 _CAPTURE_READS = ("debug.aclgraph.clone_input", "debug.aclgraph.enable_output_clone",
                   "debug.aclgraph.static_capture_size_limit",
                   "debug.aclgraph.disable_mempool_reuse_in_same_fx",
@@ -133,169 +137,175 @@ _EXPORT_READS = ("export.export_path_dir", "export.export_name", "export.weight_
                  "export.experimental.auto_atc_config_generated", "export.inputs_name",
                  "export.experimental.enable_record_nn_module_stack")
 
+def start_backend(ctx) -> interface.Build:
+    """The ``compile`` stage: the backend of the mode's row starts the build of ``ctx``'s graph
+    (or loads it from the handle it was stored with: ``backends.interface.start_build``)."""
+    return interface.start_build(ctx, mode_row(ctx.config.get("mode")).backend)
+
+
 STAGES: Dict[str, Stage] = {s.name: s for s in (
-    Stage("send_recv", "torchair_dist.passes.send_recv:preprocess_send_recv", "dynamo-pass",
+    Stage("send_recv", send_recv.preprocess_send_recv, "dynamo-pass",
           "tag matching send/recv pairs and make receive buffers real dependencies"),
-    Stage("p2p_order", "torchair_dist.passes.send_recv:keep_p2p_program_order", "dynamo-pass",
+    Stage("p2p_order", send_recv.keep_p2p_program_order, "dynamo-pass",
           "with more than one send/recv, GE orders the graph StableRDFS (program order) and a "
           "warning says so", gate="experimental_config.topology_sorting_strategy",
           runs_when=lambda v: v != "StableRDFS"),
-    Stage("streams", "torchair_dist.passes.stream_rewrite:rewrite_streams", "dynamo-pass",
+    Stage("streams", stream_rewrite.rewrite_streams, "dynamo-pass",
           "torch.Stream/Event calls become tagged stream ops that survive tracing"),
-    Stage("aot", "torchair_dist.pipeline.aot:compile_with_aot", "aot",
+    Stage("aot", aot.compile_with_aot, "aot",
           "AOT autograd: functional graph, decompositions (default -> user -> patches); "
           "an inference graph its runtime wrapper has nothing to do for is called without "
           "that wrapper after the first call",
           reads=("experimental_config.keep_inference_input_mutations",)),
-    Stage("stream_labels", "torchair_dist.passes.stream_ordering:label_streams", "aot-pass",
+    Stage("stream_labels", stream_ordering.label_streams, "aot-pass",
           "node.meta['stream_label'] = the stream tag of every node inside a stream scope "
           "(before the user's passes and patterns: an extra_check can refuse to fuse across "
           "streams; the built-in passes never do)"),
-    Stage("custom_pre_pass", "torchair_dist.passes.common:custom_pre_pass", "aot-pass",
+    Stage("custom_pre_pass", common.custom_pre_pass, "aot-pass",
           "the user's post_grad_custom_pre_pass(gm, example_inputs, config)", gate="post_grad_custom_pre_pass",
           runs_when=_is_set),
-    Stage("remove_noop_ops", "torchair_dist.passes.common:remove_noop_ops", "aot-pass",
+    Stage("remove_noop_ops", common.remove_noop_ops, "aot-pass",
           "ops that return their input unchanged are dropped",
           gate="experimental_config.remove_noop_ops"),
-    Stage("remove_copy_into_empty", "torchair_dist.passes.common:remove_copy_into_empty",
+    Stage("remove_copy_into_empty", common.remove_copy_into_empty,
           "aot-pass", "copy(empty_like(x), fresh result) -> the result (a collective's output "
           "copied into a buffer nobody wrote)"),
-    Stage("user_patterns", "torchair_dist.passes.user_patterns:apply_user_patterns", "aot-pass",
+    Stage("user_patterns", user_patterns.apply_user_patterns, "aot-pass",
           "patterns registered with register_replacement (TorchAir's API) are replaced",
           gate="experimental_config.pattern_fusion_pass"),
-    Stage("pattern_fusion", "torchair_dist.passes.pattern_fusion:pattern_fusion", "aot-pass",
+    Stage("pattern_fusion", pattern_fusion.pattern_fusion, "aot-pass",
           "residual add + RMSNorm (LlamaRMSNorm's AOT ops) -> torch_npu.npu_add_rms_norm",
           gate="experimental_config.pattern_fusion_pass", needs="vendor_kernels"),
-    Stage("view_to_reshape", "torchair_dist.passes.common:view_to_reshape", "aot-pass",
+    Stage("view_to_reshape", common.view_to_reshape, "aot-pass",
           "aten.view becomes aten.reshape"),
-    Stage("collapse_view_chains", "torchair_dist.passes.common:collapse_view_chains", "aot-pass",
+    Stage("collapse_view_chains", common.collapse_view_chains, "aot-pass",
           "reshape(reshape(x)) -> reshape(x)", gate="experimental_config.npu_fx_pass"),
-    Stage("custom_post_pass", "torchair_dist.passes.common:custom_post_pass", "aot-pass",
+    Stage("custom_post_pass", common.custom_post_pass, "aot-pass",
           "the user's post_grad_custom_post_pass(gm, example_inputs, config)", gate="post_grad_custom_post_pass",
           runs_when=_is_set),
-    Stage("scope_ops", "torchair_dist.passes.scope_lowering:lower_scope_ops", "aot-pass",
+    Stage("scope_ops", scope_lowering.lower_scope_ops, "aot-pass",
           "TorchAir's scope_enter/scope_exit ops (a user pass's) -> stream switches "
           "(_user_stream_label) or node.meta['custom'] attributes"),
-    Stage("scope_attrs", "torchair_dist.passes.scope_attrs:report_scope_attrs", "aot-pass",
+    Stage("scope_attrs", scope_attrs.report_scope_attrs, "aot-pass",
           "TorchAir's Ascend-only scopes (super_kernel, limit_core_num, op_never_timeout, "
           "data_dump) stay in node.meta['custom']; a warning names each found"),
-    Stage("overlap", "torchair_dist.passes.overlap:schedule_overlap", "aot-pass",
+    Stage("overlap", overlap.schedule_overlap, "aot-pass",
           "issue collectives early, wait late (never reorders two collectives)",
           gate="distributed_config.overlap_collectives"),
-    Stage("reinplace", "torchair_dist.passes.reinplace:reinplace_collectives", "aot-pass",
+    Stage("reinplace", reinplace.reinplace_collectives, "aot-pass",
           "a dead-input functional all_reduce becomes in-place (no clone, no copy-back); "
           "index_add/scatter/index_put on a fresh buffer nothing else reads becomes in-place",
           gate="debug.aclgraph.disable_reinplace_inplaceable_ops_pass", runs_when=_is_unset),
-    Stage("reinplace_inputs", "torchair_dist.passes.reinplace_inputs:reinplace_input_mutations",
+    Stage("reinplace_inputs", reinplace_inputs.reinplace_input_mutations,
           "aot-pass", "copy_(input, op(input)) becomes op_(input): a KV cache is written in place",
           gate="debug.aclgraph.disable_reinplace_input_mutated_ops_pass", runs_when=_is_unset),
-    Stage("remove_cat_ops", "torchair_dist.passes.remove_cat:remove_cat_ops", "aot-pass",
+    Stage("remove_cat_ops", remove_cat.remove_cat_ops, "aot-pass",
           "cat(mm(..), add(..)) -> each producer writes its slice of one buffer through its "
           "out= overload (no concatenation copy); runs last among the rewriting passes; not "
           "where inductor generates the kernels (its cat lowering writes in place itself)",
           gate="debug.aclgraph.remove_cat_ops", yields_to="inductor_kernels"),
-    Stage("constant_folding", "torchair_dist.passes.ge_graph_opts:fold_constants", "aot-pass",
+    Stage("constant_folding", ge_graph_opts.fold_constants, "aot-pass",
           "compute constant subgraphs once at compile time (GE Const)",
           gate="ge_config.oo_constant_folding", runs_when=lambda v: v is True),
-    Stage("dead_code_elimination", "torchair_dist.passes.ge_graph_opts:eliminate_dead_code",
+    Stage("dead_code_elimination", ge_graph_opts.eliminate_dead_code,
           "aot-pass", "drop unused side-effect-free ops",
           gate="ge_config.oo_dead_code_elimination", runs_when=lambda v: v is True),
-    Stage("deadlock_check", "torchair_dist.passes.deadlock_check:deadlock_check", "aot-pass",
+    Stage("deadlock_check", deadlock_check.deadlock_check, "aot-pass",
           "warn about collectives that may run concurrently on different streams",
           gate="debug.deadlock_check"),
-    Stage("topology_sort", "torchair_dist.passes.topo_sort:topology_sort", "aot-pass",
+    Stage("topology_sort", topo_sort.topology_sort, "aot-pass",
           "order the graph GE receives by BFS/RDFS (DFS/StableRDFS: program order); side "
           "effects never move", gate="experimental_config.topology_sorting_strategy",
-          runs_when=lambda v: v in _REORDERING),
-    Stage("stream_order", "torchair_dist.passes.stream_ordering:order_streams", "aot-pass",
+          runs_when=lambda v: v in topo_sort.REORDERING),
+    Stage("stream_order", stream_ordering.order_streams, "aot-pass",
           "every value read on a stream other than its producer's is ordered: an event "
           "(record after the producer, wait before the reader) only where the one order model "
           "finds nothing in the program ordering the read; each such value protected by "
           "record_stream; the user's unordered torch.Stream reads are named by a warning"),
-    Stage("stream_order_check", "torchair_dist.passes.happens_before:check_stream_order",
+    Stage("stream_order_check", happens_before.check_stream_order,
           "aot-pass", "refuse a graph with a cross-stream data edge that no event, wait, fork, "
           "join or synchronize orders (the one order model: happens-before as vector clocks)",
-          gate="debug.check_stream_order", runs_when=_check_stream_order),
-    Stage("validate", "torchair_dist.passes.validate:validate_pass", "aot-pass",
+          gate="debug.check_stream_order", runs_when=happens_before.check_enabled),
+    Stage("validate", validate.validate_pass, "aot-pass",
           "the graph holds only ops the backends accept"),
-    Stage("fx_summary", "torchair_dist.tools.fx_summary:summary_stage", "route",
+    Stage("fx_summary", fx_summary.summary_stage, "route",
           "write a csv of the graph's ops and their GE support",
           gate="debug.fx_summary.type", runs_when=_is_set),
-    Stage("data_dump", "torchair_dist.base.dumps:data_dump_stage", "route",
+    Stage("data_dump", dumps.data_dump_stage, "route",
           "instead of the backend: run node by node and save every node's outputs; of the "
           "graph before the passes with data_dump_stage='original'",
           gate="debug.data_dump.type", runs_when=_is_set,
           reads=("debug.data_dump.filter", "debug.data_dump.path",
                  "dump_config.data_dump_stage"),
           keeps_original=lambda config: config.get("dump_config.data_dump_stage") == "original"),
-    Stage("summary_skips_compile", "torchair_dist.pipeline.route:eager_stage", "route",
+    Stage("summary_skips_compile", graph_context.eager_stage, "route",
           "after an fx_summary (and unless a data dump made its runner): run the FX graph "
           "eagerly instead of the backend", gate="debug.fx_summary.skip_compile",
           requires="fx_summary"),
-    Stage("run_eagerly", "torchair_dist.pipeline.route:eager_stage", "route",
+    Stage("run_eagerly", graph_context.eager_stage, "route",
           "instead of the backend: run the FX graph eagerly", gate="debug.run_eagerly"),
-    Stage("shm_collectives", "torchair_dist.platform.stand_ins:transport_stage", "route",
+    Stage("shm_collectives", stand_ins.transport_stage, "route",
           "the runner's all_reduce / equal-piece all_to_all exchange through shared memory "
           "between the ranks of one host instead of gloo (the compiled graph and its cache "
           "entry keep the original collectives; ACL: the runner's copy of the graph is "
           "rewritten, GE: the reference executor's Hcom kernels)",
           gate="distributed_config.cpu_shm_collectives", needs="host_shared_memory"),
-    Stage("compile", "torchair_dist.pipeline.route:start_backend", "route",
+    Stage("compile", start_backend, "route",
           "the mode's backend starts the graph's build (its steps follow, then it finishes "
           "into a runner and a handle), or starts it from a stored handle (load)"),
-    Stage("ge_convert", "torchair_dist.backends.ge:convert_step", "backend",
+    Stage("ge_convert", ge.convert_step, "backend",
           "FX -> GE IR graph, validated against the operator registry; with enable_ref_data "
           "written-back inputs are RefData updated by Assign; with enable_view_optimize a "
           "last-two-dims Transpose feeding a matmul becomes its transpose attribute", dumped=True,
           reads=("experimental_config.enable_ref_data",
                  "experimental_config.enable_view_optimize")),
-    Stage("ge_dump", "torchair_dist.backends.ge:dump_step", "backend",
+    Stage("ge_dump", ge.dump_step, "backend",
           "write the GE graph as txt/pbtxt/py", gate="debug.graph_dump.type", runs_when=_is_set,
           reads=("debug.graph_dump.path",)),
-    Stage("cann_options", "torchair_dist.backends.ge:cann_options_step",
+    Stage("cann_options", ge.cann_options_step,
           "backend", "GE session/graph options handed to the CANN runtime",
           reads=_cann.CANN_OPTION_READS, needs="cann"),
-    Stage("cann_dump", "torchair_dist.backends.ge:cann_dump_step",
+    Stage("cann_dump", ge.cann_dump_step,
           "backend", "GE's own data dump (ge.exec.enableDump and friends)",
           gate="dump_config.enable_dump", reads=_cann.CANN_DUMP_READS, needs="cann"),
-    Stage("cann_aoe", "torchair_dist.backends.ge:cann_aoe_step",
+    Stage("cann_aoe", ge.cann_aoe_step,
           "backend", "AOE operator tuning options", gate="aoe_config.aoe_mode",
           runs_when=_is_set, reads=_cann.CANN_AOE_READS, needs="cann"),
-    Stage("ge_run", "torchair_dist.backends.ge:run_step", "backend",
+    Stage("ge_run", ge.run_step, "backend",
           "run the GE graph: CANN on NPU, the reference executor elsewhere (its collectives "
           "finish at their first reader with overlap_collectives, else right away)",
           reads=("distributed_config.overlap_collectives",)),
-    Stage("ge_export", "torchair_dist.backends.ge:export_step", "backend",
+    Stage("ge_export", ge.export_step, "backend",
           "write the GE graph (.air) and its weights on the first call; inputs named by "
           "inputs_name, ops annotated with their nn.Module stack on request",
           gate="export.export_mode", reads=_EXPORT_READS),
-    Stage("acl_codegen", "torchair_dist.backends.aclgraph.compile:codegen_step", "backend",
+    Stage("acl_codegen", acl.codegen_step, "backend",
           "a generated straight-line runner of the FX graph", dumped=True),
-    Stage("acl_dump", "torchair_dist.backends.aclgraph.compile:dump_step", "backend",
+    Stage("acl_dump", acl.dump_step, "backend",
           "write the FX graph and the generated runner as py/txt",
           gate="debug.graph_dump.type", runs_when=_is_set, reads=("debug.graph_dump.path",)),
-    Stage("inductor_kernels", "torchair_dist.backends.aclgraph.compile:inductor_step",
+    Stage("inductor_kernels", acl.inductor_step,
           "backend", "inductor generates the compute kernels of the post-pass graph; our "
           "collectives, schedule, check, capture and cache stay",
           gate="experimental_config.inductor_kernels", needs="inductor_kernels",
           reads=("distributed_config.overlap_collectives",)),
-    Stage("value_ints", "torchair_dist.backends.aclgraph.compile:value_ints_step", "backend",
+    Stage("value_ints", acl.value_ints_step, "backend",
           "integer inputs that only reach tensor ops as values are fed as 0-d tensors and "
           "their host arithmetic runs per call, so one capture serves every value",
           needs="capture"),
-    Stage("piecewise", "torchair_dist.backends.aclgraph.compile:piecewise_step", "backend",
+    Stage("piecewise", acl.piecewise_step, "backend",
           "the graph is split at its splitting ops: the pieces between them are captured, "
           "the splitting ops (attention) run eagerly between replays",
           gate="npugraphex_config.piecewise", reads=("npugraphex_config.splitting_ops",),
           needs="capture"),
-    Stage("device_capture", "torchair_dist.backends.aclgraph.compile:device_capture_step",
+    Stage("device_capture", acl.device_capture_step,
           "backend",
           "NPU/CUDA graph capture itself", reads=("npugraphex_config.capture_error_mode",),
           needs="device_graphs"),
-    Stage("capture", "torchair_dist.backends.aclgraph.compile:capture_step", "backend",
+    Stage("capture", acl.capture_step, "backend",
           "capture per graph key, replay on later calls", reads=_CAPTURE_READS,
           needs="capture"),
-    Stage("consistency", "torchair_dist.collectives.consistency:guard_first_run", "runtime",
+    Stage("consistency", consistency.guard_first_run, "runtime",
           "before the first run all ranks compare their collectives through the c10d store "
           "(with consistency_check); a peer's fault at run time is reported with the graph's "
           "collectives (always)",
@@ -331,20 +341,20 @@ _GE = (
 @dataclasses.dataclass(frozen=True)
 class ModeRow:
     mode: str
-    backend: str          # "module:attr" of its Backend object (start / load / finish)
+    backend: interface.Backend   # the mode's backend object (start / load / finish)
     stages: Tuple[str, ...]
     cache_format: str     # what a compile-cache entry holds for this mode
     doc: str
 
 
 MODE_TABLE: Dict[str, ModeRow] = {r.mode: r for r in (
-    ModeRow("max-autotune", "torchair_dist.backends.ge:BACKEND", _GE,
+    ModeRow("max-autotune", ge.BACKEND, _GE,
             "fx-graph (GE IR rebuilt on load)",
             "GE IR graph (CANN on Ascend, the reference executor elsewhere)"),
-    ModeRow("npugraph_ex", "torchair_dist.backends.aclgraph:BACKEND", _ACL,
+    ModeRow("npugraph_ex", aclgraph.BACKEND, _ACL,
             "fx-graph (captured again on load)",
             "ACL-graph capture and replay (NPU/CUDA graphs; a runner on CPU)"),
-    ModeRow("reduce-overhead", "torchair_dist.backends.aclgraph:BACKEND", _ACL,
+    ModeRow("reduce-overhead", aclgraph.BACKEND, _ACL,
             "fx-graph (captured again on load)",
             "deprecated alias of npugraph_ex"),
 )}
@@ -361,23 +371,15 @@ def stages_of(mode: str) -> List[Stage]:
     return [STAGES[name] for name in mode_row(mode).stages]
 
 
-def graph_sources(mode: str) -> Tuple[str, ...]:
-    """The modules whose code shaped a graph compiled in ``mode`` up to the observation point:
-    :data:`TRACE_SOURCES`, then each shaping stage's module's ``GRAPH_SOURCES``, in row order
-    (a module without one is refused: every such stage identifies its code)."""
-    import importlib
-
-    found = list(TRACE_SOURCES)
+def shaping_modules(mode: str) -> Tuple[str, ...]:
+    """Where the code that shaped a graph compiled in ``mode`` (up to the observation point)
+    starts: :data:`TRACE_SOURCES`, :data:`HANDED_SOURCES`, then the module of each shaping
+    stage's function, in row order. The compile cache keys the sources of these modules and of
+    everything they import (``cache.keys.library_sources``)."""
+    found = list(TRACE_SOURCES + HANDED_SOURCES)
     for stage in stages_of(mode):
-        if stage.level not in SHAPING_LEVELS:
-            continue
-        module = importlib.import_module(stage.fn.split(":")[0])
-        sources = getattr(module, "GRAPH_SOURCES", None)
-        if not sources or sources[0] != module.__name__:
-            raise RuntimeError(f"stage {stage.name!r}: its module {module.__name__} declares no "
-                               f"GRAPH_SOURCES (itself first), so the compile cache cannot key "
-                               f"the graphs it shapes")
-        found += [m for m in sources if m not in found]
+        if stage.level in SHAPING_LEVELS and stage.fn.__module__ not in found:
+            found.append(stage.fn.__module__)
     return tuple(found)
 
 
@@ -390,20 +392,6 @@ def current_platform() -> str:
 def step_numbers(mode: str) -> Dict[str, int]:
     """``{stage name: its step number in mode's row}`` (1-based, the order the stages run)."""
     return {name: i for i, name in enumerate(mode_row(mode).stages, 1)}
-
-
-_resolved: Dict[str, Callable] = {}
-
-
-def resolve(stage: Stage) -> Callable:
-    """The function behind ``stage.fn`` ("module:attr"), imported on first use."""
-    fn = _resolved.get(stage.fn)
-    if fn is None:
-        import importlib
-
-        module, attr = stage.fn.split(":")
-        fn = _resolved[stage.fn] = getattr(importlib.import_module(module), attr)
-    return fn
 
 
 def applies(stage: Stage, config: CompilerConfig, platform: Optional[str] = None) -> bool:
@@ -441,7 +429,7 @@ def run_stages(config: CompilerConfig, level: str, value, *args,
     ``after(stage, value)`` sees each stage's result (``record_graphs``). The only place any
     stage of the table is called: pass, aot, route, backend and runtime stages alike."""
     for stage in stages_at(config, level):
-        value = resolve(stage)(value, *args)
+        value = stage.fn(value, *args)
         if after is not None:
             after(stage, value)
         if stop is not None and stop(value):

@@ -47,7 +47,7 @@ class Platform:
     #: CANN runs GE graphs here (Ascend): GE IR is handed to it, with the HCCL communicator
     #: names and Ascend-only op attributes; elsewhere the reference executor stands in
     runs_ge_natively = False
-    #: what the CPU wing (:mod:`.stand_ins`) stands in for: capture, transport, GE execution
+    #: what the CPU wing (:mod:`torchair_dist.cpu.stand_ins`) stands in for: capture, transport, GE execution
     uses_stand_ins = False
 
     def device(self, local_rank: int = 0) -> torch.device:
@@ -224,7 +224,7 @@ CAPABILITIES = frozenset().union(*_CAPABILITIES.values())
 
 def platforms_with(capability: str) -> frozenset:
     """The platform names (``npu``/``cuda``/``cpu``) that have ``capability`` (what a stand-in
-    can be switched off for: :func:`.stand_ins.platforms_with`)."""
+    can be switched off for: :func:`torchair_dist.cpu.stand_ins.platforms_with`)."""
     if capability not in CAPABILITIES:
         raise ValueError(f"unknown platform capability {capability!r}; one of "
                          f"{sorted(CAPABILITIES)}")

@@ -3,7 +3,7 @@
 Device code (``backends/``) is written against these interfaces only; what implements them on
 a device lives beside that code (``backends/aclgraph/capture.py``'s ``DeviceGraph``, the CANN
 runtime, NCCL/HCCL through ``torch.distributed``), and what stands in for a device on CPU lives
-in ``torchair_dist/cpu/``. :mod:`.stand_ins` is the one place that picks a stand-in.
+in ``torchair_dist/cpu/``. :mod:`torchair_dist.cpu.stand_ins` is the one place that picks one.
 
 * :class:`CaptureGraph`: one captured graph of the ACL modes (capture once, replay);
 * :class:`CollectiveTransport`: how a compiled runner's collectives travel (on a device the

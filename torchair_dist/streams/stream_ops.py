@@ -41,8 +41,6 @@ streams and events of the platform (thin and untested here: no device in CI).
 """
 from __future__ import annotations
 
-from typing import List
-
 import torch
 from torch.fx import has_side_effect
 
@@ -98,11 +96,3 @@ def _define_all() -> None:
 _define_all()
 
 ops = getattr(torch.ops, NAMESPACE)
-
-
-def stream_op_names() -> List[str]:
-    return list(SCHEMAS)
-
-
-def is_stream_op(target) -> bool:
-    return isinstance(target, torch._ops.OpOverload) and target.namespace == NAMESPACE

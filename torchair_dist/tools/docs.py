@@ -74,6 +74,18 @@ def render_config_reference() -> str:
     return "\n".join(lines)
 
 
+def qualified_name(obj) -> str:
+    """``module:qualname`` of a stage's function; of an object (a mode's backend), the module
+    its class lives in and the name that module binds it to."""
+    if hasattr(obj, "__qualname__"):
+        return f"{obj.__module__}:{obj.__qualname__}"
+    module = sys.modules[type(obj).__module__]
+    names = [name for name, value in vars(module).items() if value is obj]
+    if not names:
+        raise ValueError(f"{obj!r}: no name in {module.__name__} binds it")
+    return f"{module.__name__}:{names[0]}"
+
+
 def render_stage_table() -> str:
     """The architecture page's stage table: one line per stage and, per mode, the stage's step number in
     that mode's row (blank: not in the mode), so reading a mode's column by number is reading
@@ -90,10 +102,10 @@ def render_stage_table() -> str:
             f"npu/cuda/cpu (not with {envvars.CPU_CAPTURE_ENV}=off)"
         marks = " | ".join(str(numbers[m].get(s.name, "")) for m in modes)
         reads = ", ".join(f"`{r}`" for r in s.reads)
-        lines.append(f"| {s.name} | {s.level} | `{s.fn}` | {f'`{s.gate}`' if s.gate else ''} | "
+        lines.append(f"| {s.name} | {s.level} | `{qualified_name(s.fn)}` | {f'`{s.gate}`' if s.gate else ''} | "
                      f"{reads} | {where} | {'yes' if s.dumped else ''} | {marks} | {s.doc} |")
     lines += ["", "| mode | backend | cache format | |", "|---|---|---|---|"]
-    lines += [f"| `{r.mode}` | `{r.backend}` | {r.cache_format} | {r.doc} |"
+    lines += [f"| `{r.mode}` | `{qualified_name(r.backend)}` | {r.cache_format} | {r.doc} |"
               for r in pipeline.MODE_TABLE.values()]
     lines += ["", STAGES_END]
     return "\n".join(lines)

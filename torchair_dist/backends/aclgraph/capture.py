@@ -5,7 +5,7 @@ produced (``graph.outputs``). ``capture(fn, inputs, feed)`` returns the outputs 
 call; ``replay(args)`` copies the caller's inputs into the static buffers (``feed``) and
 recomputes into the static output tensors. (On CPU a stand-in from
 :mod:`torchair_dist.cpu` takes this class's place, picked by
-:mod:`torchair_dist.platform.stand_ins`.)
+:mod:`torchair_dist.cpu.stand_ins`.)
 """
 from __future__ import annotations
 

@@ -17,10 +17,11 @@ import torch
 
 from ... import platform as _platform
 from ...base.dumps import dump_fx_graph
-from ...platform import stand_ins
+from ...cpu import stand_ins
 from ...platform.interfaces import CaptureFactory, CollectiveTransport
 from ...passes.stream_ordering import EVENTS_ADDED
-from ..context import Build, GraphContext
+from ..context import GraphContext
+from ..interface import Build
 from . import report
 from .capture import DeviceGraph
 from .codegen import generate_forward

@@ -31,7 +31,7 @@ import torch.fx
 from torch.fx.passes.split_module import split_module
 
 from ...passes.graph_info import mutated_input_indices
-from ...platform import stand_ins
+from ...cpu import stand_ins
 from ...platform.interfaces import CaptureFactory
 from ..context import GraphContext
 from .runner import AclGraphRunner

@@ -1,6 +1,6 @@
 """The GE backend (``max-autotune``): FX (AOT aten) graph -> GE IR -> a GE runtime.
 
-``BACKEND`` (a :class:`~torchair_dist.base.graph_context.Backend`) is what ``pipeline.MODE_TABLE``
+``BACKEND`` (a :class:`~torchair_dist.backends.interface.Backend`) is what ``pipeline.MODE_TABLE``
 names; its ``start(ctx)`` makes the :class:`GeBuild` the mode row's backend steps work on (the
 route runs them), ``finish`` returns the runner and the handle, and a handle is loaded by
 converting the rebuilt graph again. The steps (each ``build -> build``, run by
@@ -30,7 +30,8 @@ import torch
 from ...base.envvars import env_flag
 from ...base.layout import OutputLayout, SymbolBinder, output_layouts, symbol_sources
 from ...base.util import input_device
-from ..context import Backend, Build, Compiled, GraphContext, boxed, own_copy
+from ..context import GraphContext, boxed, own_copy
+from ..interface import Backend, Build, Compiled
 from .fx2ge import ConvertedGraph, convert_graph
 from .output_views import ViewRebuilder, check_input_views, outputs_as_bases
 

@@ -10,8 +10,9 @@ among the dtypes the registry lists for its port (its ``dtypes`` plus the named 
 checked). Attributes whose name starts with ``_`` are
 private annotations and are not checked; any other attribute the IR does not declare is an error.
 
-The registry file is ``$TORCHAIR_DIST_GE_REGISTRY`` if set, else a full registry
-(``shared/ge_op_registry.json``) in the folder that holds the checkout, when there is one, else the bundled
+The registry file is ``$TORCHAIR_DIST_GE_REGISTRY`` if set, else a full registry named
+``ge_op_registry.json`` in a folder named ``shared`` beside the checkout (where CI provides it),
+when there is one, else the bundled
 ``ge_op_registry_subset.json`` (the IR of every op this backend emits; see registry_subset.py). The
 four framework ops GE defines outside the
 operator library (``Data``, ``Const``, ``NetOutput``, ``Cast``) are not in that file (``RefData`` is, with a

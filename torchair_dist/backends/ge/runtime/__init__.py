@@ -1,6 +1,6 @@
 """GE executors behind one interface (:class:`~torchair_dist.platform.interfaces.GeRuntime`):
 the CANN adapter on Ascend (lazily imported), and, where no CANN runtime exists, the stand-in
-that :mod:`torchair_dist.platform.stand_ins` picks (the CPU wing's reference executor)."""
+that :mod:`torchair_dist.cpu.stand_ins` picks (the CPU wing's reference executor)."""
 from __future__ import annotations
 
 from ....errors import GeRuntimeError
@@ -17,7 +17,7 @@ def create_runtime(kind: str = "auto", device=None, overlap: bool = True, transp
     ``distributed_config.overlap_collectives``), else right after it is issued, and exchanges
     through ``transport`` (the route's choice)."""
     from .... import platform
-    from ....platform import stand_ins
+    from ....cpu import stand_ins
 
     if kind == "reference" or (kind == "auto" and not platform.current().runs_ge_natively):
         return stand_ins.ge_executor(device, overlap, transport)

@@ -1,22 +1,23 @@
 """The one place that picks what stands in for a device: each seam of
-:mod:`.interfaces` answered for this process's platform.
+:mod:`torchair_dist.platform.interfaces` answered for this process's platform.
 
 On an Ascend NPU or an NVIDIA GPU the device's own implementations run and nothing here is
-used; on CPU the CPU wing (:mod:`torchair_dist.cpu`) answers: a capture stand-in for the ACL
-modes, the shared-memory exchange for a host's collectives, and the GE reference executor.
-No other module outside ``torchair_dist/cpu`` imports the CPU wing.
+used; on CPU the CPU wing (this package) answers: a capture stand-in for the ACL modes, the
+shared-memory exchange for a host's collectives, and the GE reference executor. This module is
+the wing's one door: code outside ``torchair_dist/cpu`` imports it and nothing else of the wing,
+and ``platform/`` imports nothing of the wing.
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from . import current, for_device, platforms_with as _platforms_with
-from .interfaces import CaptureFactory, CollectiveTransport, GeRuntime
+from ..platform import current, for_device, platforms_with as _platforms_with
+from ..platform.interfaces import CaptureFactory, CollectiveTransport, GeRuntime
 
 
 def capture_mode() -> str:
     """The CPU capture stand-in (``TORCHAIR_DIST_CPU_CAPTURE``: record | emulate | off)."""
-    from ..cpu.capture import cpu_capture_mode
+    from .capture import cpu_capture_mode
 
     return cpu_capture_mode()
 
@@ -38,7 +39,7 @@ def capture_factory(device_type: str, gm, graph_name: str, share_pool: bool,
     ``pool`` of another graph's factory to join."""
     if for_device(device_type).has_graph_capture:
         raise ValueError(f"{device_type} captures device graphs; no stand-in is needed")
-    from ..cpu.capture import capture_factory as cpu_factory
+    from .capture import capture_factory as cpu_factory
 
     return cpu_factory(gm, graph_name, share_pool, opaque_forward, pool)
 
@@ -51,7 +52,7 @@ def collective_transport() -> CollectiveTransport:
     on CPU, the shared-memory transport; elsewhere the graph's own."""
     if not current().uses_stand_ins:
         return _DEVICE_TRANSPORT
-    from ..cpu.transport import SHARED_MEMORY
+    from .transport import SHARED_MEMORY
 
     return SHARED_MEMORY
 
@@ -70,7 +71,7 @@ def ge_executor(device=None, overlap: bool = True,
     """The GE executor where no CANN runtime exists: the reference executor on ``device``;
     ``overlap``: a collective finishes at its first reader (False: right after it is issued);
     ``transport``: the route's collective transport (None: the graph's own collectives)."""
-    from ..cpu.ge_reference import ReferenceRuntime
+    from .ge_reference import ReferenceRuntime
 
     shm = transport is not None and transport.for_ge_executor()
     return ReferenceRuntime(device, overlap=overlap, shm=shm)
