@@ -276,7 +276,29 @@ def admitted_sizes(sizes: Sequence[int], batch: Optional[BatchDim], examples: Se
                           f"input has a dynamic dim 0 (compile with dynamic=True or "
                           f"torch._dynamo.mark_dynamic the batch dim)", UserWarning, stacklevel=3)
         return []
-    return [n for n in sizes if batch.accepts(n)]
+    return [n for n in sizes if batch.accepts(n) and _guards_admit(batch, examples, n)]
+
+
+def _guards_admit(batch: BatchDim, values: Sequence[Any], size: int) -> bool:
+    """Whether the shape guards of the graph that depend on the batch size alone hold for
+    ``size`` (a graph Dynamo compiled for some sizes only, e.g. a batch of 1 split off by a
+    guard its value range does not show, gets no call of the others: it captures none)."""
+    shape_env = _shape_env_of(batch.symbol, values)
+    if shape_env is None:
+        return True
+    symbols = set(batch.symbols)
+    subs = {sym: size for sym in symbols}
+    for guard in getattr(shape_env, "guards", ()):
+        expr = getattr(guard, "expr", None)
+        free = getattr(expr, "free_symbols", None)
+        if not free or not free <= symbols:
+            continue
+        try:
+            if not bool(expr.xreplace(subs)):
+                return False
+        except TypeError:  # not decidable from the size alone
+            continue
+    return True
 
 
 def check_sizes(sizes: Sequence[int], graph: str) -> List[int]:
