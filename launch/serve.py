@@ -311,11 +311,14 @@ def main(argv=None) -> int:
         everything = ns["gather_rows"](dict(rows=rows, eager=eager_tokens))
     finally:
         dist.destroy_process_group()
-    ok = _check(everything)
+    failures = _check(everything)
+    ok = not failures
     if rank == 0:
         import serve_report
 
         serve_report.print_table(everything, args, ok)
+        for failure in failures:
+            print(f"FAILED: {failure}")
         if args.json:
             serve_report.write_json(args.json, everything, args)
         if args.plot:
@@ -324,16 +327,26 @@ def main(argv=None) -> int:
     return 0 if ok else 1
 
 
-def _check(everything) -> bool:
-    """Every variant's tokens equal eager's on every rank, eager's agree across ranks, and no
-    declared decode size nor prefill size was captured twice (over a variant's decode graphs,
-    its prefill graphs) nor recaptured."""
-    same_eager = all(e["eager"] == everything[0]["eager"] for e in everything)
-    rows = [r for e in everything for r in e["rows"] if r["status"] == "ok"]
-    same = all(r["same_as_eager"] for r in rows)
-    once = all(max(r[p + "captures_per_size"].values(), default=0) <= 1 and not r[p + "recaptures"]
-               for r in rows for p in ("", "prefill_"))
-    return same_eager and same and once
+def _check(everything) -> list:
+    """What fails (an empty list: nothing): every variant's tokens equal eager's on every rank,
+    eager's agree across ranks, and no declared decode size nor prefill size was captured twice
+    (over a variant's decode graphs, its prefill graphs) nor recaptured."""
+    failures = []
+    if any(e["eager"] != everything[0]["eager"] for e in everything):
+        failures.append("eager's tokens differ between ranks")
+    for rank, e in enumerate(everything):
+        for r in e["rows"]:
+            if r["status"] != "ok":
+                continue
+            if not r["same_as_eager"]:
+                failures.append(f"rank {rank} {r['variant']}: requests "
+                                f"{r['mismatched_requests']} differ from eager's tokens")
+            for step, p in (("decode", ""), ("prefill", "prefill_")):
+                twice = {k: n for k, n in r[p + "captures_per_size"].items() if n > 1}
+                if twice or r[p + "recaptures"]:
+                    failures.append(f"rank {rank} {r['variant']} {step}: sizes captured more "
+                                    f"than once {twice}, recaptures {r[p + 'recaptures']}")
+    return failures
 
 
 if __name__ == "__main__":

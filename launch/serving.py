@@ -444,15 +444,15 @@ def max_len_for(requests: List[Request]) -> int:
 
 
 def captures_per_size(report) -> dict:
-    """Captures per size over all of a variant's graphs (the size is the first integer of the
-    graph key: the dynamic dimension's value, the batch of a decode step or the prompt length
-    of a prefill, or else the first input's shape); a piecewise
-    graph's pieces (``graph_0.piece_2``) count per piece (``"piece_2:8"``)."""
+    """Captures per size over all of a variant's graphs; a piecewise graph's pieces
+    (``graph_0.piece_2``) count per piece (``"piece_2:8"``). The size is the first integer of
+    the graph key outside its shapes (the dynamic dimension's value passed as an input: the
+    batch of a decode step, the prompt length of a prefill), else the key's first integer."""
     out = {}
     for graph, keys in report.items():
         piece = graph.partition(".")[2]
         for key, entry in keys.items():
-            m = re.search(r"\d+", key)
+            m = re.search(r"\d+", re.sub(r"\([^()]*\)", "", key)) or re.search(r"\d+", key)
             if key != "*" and m:
                 name = f"{piece}:{m.group()}" if piece else int(m.group())
                 out[name] = out.get(name, 0) + entry.get("captures", 0)

@@ -59,3 +59,19 @@ def test_serving_loop_tokens_equal_eager(ranks2, llama_dir, mode):
         assert set(r["prefills_per_size"]) == set(PREFILL_SIZES), r["prefills_per_size"]
         assert r["copies"] == 0, f"rank {rank}: the loop drops its outputs, no copy is due"
     assert results[0]["eager"] == results[1]["eager"]
+
+
+def test_captures_per_size_reads_the_dynamic_size_of_each_key():
+    """The size of a graph key is the dynamic dimension's value passed as an input (outside the
+    shapes), whatever the first shape starts with: a prefill piece's key starts with the
+    tokens' shape (1, t). Keys in capture_report's format, as the loop's graphs give them."""
+    import serving
+
+    prefill_piece = {f"graph_3.piece_{p}": {f"[(1, {t}), (), (), (1, {t}), {t}, {t}]":
+                                            {"captures": 1} for t in (8, 16)} for p in (0, 2)}
+    assert serving.captures_per_size(prefill_piece) == {
+        "piece_0:8": 1, "piece_0:16": 1, "piece_2:8": 1, "piece_2:16": 1}
+    decode = {"graph_0": {f"[{b}, ({b}, 1), {b}, ({b}, 1), None]": {"captures": 1}
+                          for b in (2, 4)},
+              "graph_1": {"[(1, 1), (1, 1)]": {"captures": 2}, "*": {"uncaptured_runs": 1}}}
+    assert serving.captures_per_size(decode) == {2: 1, 4: 1, 1: 2}
