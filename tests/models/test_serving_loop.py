@@ -75,3 +75,27 @@ def test_captures_per_size_reads_the_dynamic_size_of_each_key():
                           for b in (2, 4)},
               "graph_1": {"[(1, 1), (1, 1)]": {"captures": 2}, "*": {"uncaptured_runs": 1}}}
     assert serving.captures_per_size(decode) == {2: 1, 4: 1, 1: 2}
+
+
+def test_loop_check_fails_on_a_prefill_size_captured_twice():
+    """launch/serve.py exits 1 when a declared prefill size was captured twice, naming it, as
+    for a decode size, and when a request's tokens differ from eager's."""
+    import serve
+
+    def row(**over):
+        r = dict(variant="npugraph_ex", status="ok", same_as_eager=True, mismatched_requests=[],
+                 captures_per_size={1: 1, 2: 1}, recaptures=0,
+                 prefill_captures_per_size={8: 1, 16: 1}, prefill_recaptures=0)
+        r.update(over)
+        return r
+
+    def everything(*rows):
+        return [dict(eager={0: [1, 2]}, rows=list(rows))] * 2
+
+    assert serve._check(everything(row())) == []
+    failures = serve._check(everything(row(prefill_captures_per_size={8: 2, 16: 1})))
+    assert len(failures) == 2 and all("prefill" in f and "{8: 2}" in f for f in failures)
+    failures = serve._check(everything(row(captures_per_size={1: 1, 2: 3})))
+    assert failures and all("decode" in f and "{2: 3}" in f for f in failures)
+    failures = serve._check(everything(row(same_as_eager=False, mismatched_requests=[4])))
+    assert failures and all("[4] differ" in f for f in failures)
