@@ -9,21 +9,29 @@ Rank 0 saves a random-config Llama (``--preset``; no download), every rank loads
 ``tp_plan="auto"``. A seeded stream of ``--requests`` requests (Poisson arrivals at
 ``--rate`` per decode step, prompt and output lengths drawn from ``--prompt``/``--output``)
 is served by a scheduler (launch/serving.py): arrived requests take free KV slots and are
-prefilled eagerly one by one, then one batched decode step runs over the active slots padded
-up to the next of ``--capture-sizes`` (padding rows masked, sliced off). Each variant compiles
-that decode step: eager; ours npugraph_ex (``capture_sizes`` and ``pad_to_capture_size`` set);
-ours npugraph_ex with inductor's kernels; ours max-autotune (GE); ours piecewise (npugraph_ex
-split at attention, which runs eagerly between the captured pieces); inductor (torch.compile's
-default backend); on CUDA torch's CUDA graph trees (``mode="reduce-overhead"``). Variants are
-warmed up (every declared size, largest first), then serve the whole stream in turn,
-``--rounds`` times, all in this one process.
+prefilled one by one, then one batched decode step runs over the active slots padded up to the
+next of ``--capture-sizes`` (padding rows masked, sliced off). Each variant compiles both
+steps with the same backend and mode: eager; ours npugraph_ex (``capture_sizes`` and
+``pad_to_capture_size`` set for the decode batch); ours npugraph_ex with inductor's kernels;
+ours max-autotune (GE); ours piecewise (npugraph_ex split at attention, which runs eagerly
+between the captured pieces); inductor (torch.compile's default backend); on CUDA torch's CUDA
+graph trees (``mode="reduce-overhead"``). The prefill step's prompt length is dynamic: a
+variant that captures per shape (ours npugraph_ex, with inductor's kernels, piecewise; CUDA
+graph trees) has each prompt padded up to the next of ``--prefill-sizes`` (default: multiples
+of 8 covering the longest prompt; padding tokens after the prompt, hidden by the causal mask),
+so it captures each declared prefill size once, never a graph per prompt length; max-autotune
+and inductor run each prompt at its own length through one dynamic graph. Variants are warmed
+up (every declared decode size, then every declared prefill size, largest first), then serve
+the whole stream in turn, ``--rounds`` times, all in this one process.
 
 Printed per variant (rank 0's timings, every rank's token check): tokens/s over the stream
 (prefills included; median over rounds), per-token latency p50/p99 (time between a request's
-consecutive tokens), decode step p50, warm-up time (compile + capture of every size), graph
-memory and capture time as ``torchair_dist.capture_summary()`` gives them, captures per size,
-and whether every request's tokens equal eager's on every rank. Exit 1 when some request's
-tokens differ from eager's, or a declared size was captured twice or recaptured.
+consecutive tokens), decode step p50, prefill p50, warm-up time (compile + capture of every
+decode and prefill size), graph memory and capture time as ``torchair_dist.capture_summary()``
+gives them, captures of the decode graphs and of the prefill graphs (per size), prefills per
+length, graphs compiled while serving, and whether every request's tokens equal eager's on
+every rank. Exit 1 when some request's tokens differ from eager's, or a declared decode size or
+prefill size was captured twice or recaptured (each failure named).
 """
 from __future__ import annotations
 
