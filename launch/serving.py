@@ -292,7 +292,12 @@ class Prefill:
 
     def length(self, n: int) -> int:
         """The prompt length the step runs for a prompt of ``n`` tokens."""
-        return padded_size(n, self.sizes) if self.pad else n
+        if not self.pad:
+            return n
+        if n > self.sizes[-1]:
+            raise ValueError(f"{self.name}: a prompt of {n} tokens exceeds the largest prefill "
+                             f"size {self.sizes[-1]}; declare a larger one")
+        return padded_size(n, self.sizes)
 
     def inputs(self, prompt: Sequence[int]):
         t = self.length(len(prompt))
