@@ -19,12 +19,14 @@ def _memory(row) -> str:
     return "n/a"
 
 
-def _captures(row) -> str:
+def _captures(row, prefix: str = "") -> str:
+    """The captures of the decode graphs (``prefix`` "") or the prefill graphs ("prefill_")."""
     if row["variant"] in ("eager", "inductor") or row["variant"] == "max-autotune":
         return "-"  # no ACL-graph runner: nothing in capture_report
-    most = max(row["captures_per_size"].values(), default=0)
-    per = " per piece" if any(isinstance(k, str) for k in row["captures_per_size"]) else ""
-    return f"{row['captures']} ({row['graphs']} graph, max {most}/size{per})"
+    per_size = row.get(prefix + "captures_per_size", {})
+    most = max(per_size.values(), default=0)
+    per = " per piece" if any(isinstance(k, str) for k in per_size) else ""
+    return f"{row[prefix + 'captures']} ({row[prefix + 'graphs']} graph, max {most}/size{per})"
 
 
 def command_line(args) -> str:
@@ -35,8 +37,8 @@ def print_table(everything: List[Dict], args, ok: bool) -> None:
     rows = everything[0]["rows"]
     by_rank = [{r["variant"]: r for r in e["rows"]} for e in everything]
     head = (f"{'variant':<29} {'tok/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'step ms':>7} "
-            f"{'warm-up s':>9} {'capture s':>9} {'graph mem':>9} {'captures':>24} "
-            f"{'=eager':>6}")
+            f"{'prefill ms':>10} {'warm-up s':>9} {'capture s':>9} {'graph mem':>9} "
+            f"{'decode captures':>34} {'prefill captures':>34} {'=eager':>6}")
     print("\n" + head)
     for r in rows:
         if r["status"] != "ok":
@@ -44,10 +46,10 @@ def print_table(everything: List[Dict], args, ok: bool) -> None:
             continue
         same = all(b[r["variant"]].get("same_as_eager", False) for b in by_rank)
         print(f"{r['variant']:<29} {r['tokens_per_s']:>7.0f} {r['p50_ms']:>7.2f} "
-              f"{r['p99_ms']:>7.2f} {r['step_p50_ms']:>7.2f} "
+              f"{r['p99_ms']:>7.2f} {r['step_p50_ms']:>7.2f} {r['prefill_p50_ms']:>10.2f} "
               f"{_fmt(r['warm_up_s'], '.1f', '-') if r['variant'] != 'eager' else '-':>9} "
-              f"{_fmt(r['capture_s'], '.2f'):>9} {_memory(r):>9} {_captures(r):>24} "
-              f"{str(same):>6}")
+              f"{_fmt(r['capture_s'], '.2f'):>9} {_memory(r):>9} {_captures(r):>34} "
+              f"{_captures(r, 'prefill_'):>34} {str(same):>6}")
     ours = {r["variant"]: r for r in rows if r["status"] == "ok"}
     if "inductor" in ours:
         base = ours["inductor"]["tokens_per_s"]
@@ -57,18 +59,31 @@ def print_table(everything: List[Dict], args, ok: bool) -> None:
     for r in rows:
         if r["status"] == "ok" and r.get("uncaptured"):
             print(f"{r['variant']}: uncaptured graph(s): {r['uncaptured']}")
-        if r["status"] == "ok" and r["variant"] not in ("eager", "inductor", "max-autotune"):
-            print(f"{r['variant']}: steps per padded size {r['steps_per_size']}, first call "
-                  f"per size (s) {_round(r['warm_up_per_size_s'])}")
-    print("tok/s: generated tokens / wall time of the stream (eager prefills included), median "
+        if r["status"] == "ok" and r.get("prefill_uncaptured"):
+            print(f"{r['variant']}: uncaptured prefill graph(s): {r['prefill_uncaptured']}")
+        if r["status"] != "ok" or r["variant"] == "eager":
+            continue
+        if r["variant"] not in ("inductor", "max-autotune"):
+            print(f"{r['variant']}: decode steps per padded size {r['steps_per_size']}, first "
+                  f"call per size (s) {_round(r['warm_up_per_size_s'])}")
+        how = ("prompts padded to the declared sizes" if r["prefill_padded"]
+               else "prompts at their own length, one dynamic graph")
+        print(f"{r['variant']}: prefill ({how}): prefills per length "
+              f"{dict(sorted(r['prefills_per_size'].items()))} ({r['padded_prefills']} padded), "
+              f"first call per size (s) {_round(r['prefill_warm_up_per_size_s'])}, prefill "
+              f"capture s {_fmt(r['prefill_capture_s'], '.2f')}, graphs compiled while serving "
+              f"{r['compiled_while_serving']}")
+    print("tok/s: generated tokens / wall time of the stream (prefills included), median "
           "over rounds; p50/p99: "
-          "time between a request's consecutive tokens; step ms: median decode step; warm-up: "
-          "first call per declared size (compile + capture); capture s / graph mem: from "
-          "torchair_dist.capture_report() where it reports them (n/a: not reported on this "
-          "platform yet); captures: over all graph keys of the variant; =eager: every "
-          "request's tokens equal eager's on every rank. Timings: rank 0.")
+          "time between a request's consecutive tokens; step ms: median decode step; prefill "
+          "ms: median prefill (one request, its K/V copied into its slot); warm-up: first call "
+          "per declared decode size and prefill size (compile + capture); capture s / graph "
+          "mem: decode and prefill graphs together, from torchair_dist.capture_report() where "
+          "it reports them (n/a: not reported on this platform yet); captures: over all graph "
+          "keys of the variant's decode / prefill step; =eager: every request's tokens equal "
+          "eager's on every rank. Timings: rank 0.")
     print(f"every request's tokens equal eager's on every rank, at most one capture per "
-          f"declared size and no recapture: {ok}")
+          f"declared decode size and prefill size and no recapture: {ok}")
 
 
 def _round(d: Dict) -> Dict:
@@ -129,7 +144,8 @@ def plot(path: str, rows: List[Dict], args) -> None:
         ax_m.text(0.5, 0.5, "capture_report gives no graph\nmemory on this platform yet",
                   ha="center", va="center", transform=ax_m.transAxes)
     fig.suptitle(f"serving loop, Llama {args.preset}, 2 ranks, {args.requests} requests, "
-                 f"capture sizes {sorted(set(args.capture_sizes))}; torch {torch.__version__}, "
+                 f"capture sizes {sorted(set(args.capture_sizes))}, prefill sizes "
+                 f"{args.prefill_sizes}; torch {torch.__version__}, "
                  f"{datetime.date.today().isoformat()}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
