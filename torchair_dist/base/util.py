@@ -139,8 +139,6 @@ PROCESS_STATE = {
     "torchair_dist.backends.aclgraph.report:_reasons": RESET,
     "torchair_dist.backends.aclgraph.report:_cells": RESET,
     "torchair_dist.backends.aclgraph.report:_values": RESET,
-    "torchair_dist.backends.aclgraph.sizes:_CAPTURED": RESET,
-    "torchair_dist.backends.aclgraph.sizes:_POSITIONS": RESET,
     "torchair_dist.backends.aclgraph.report:_summary": RESET,
     "torchair_dist.backends.aclgraph.report:_events_added": RESET,
     "torchair_dist.pipeline.route:_graph_ids": RESET,
