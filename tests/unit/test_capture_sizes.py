@@ -267,6 +267,8 @@ def test_capture_sizes_name_the_token_dim_of_a_flattened_batch(runners):
     assert tokens == [8, 16, 32], tokens
     summary = torchair_dist.capture_summary()[runner.name]
     assert summary["padded"] == {"5->8": 1, "13->16": 1, "3->8": 1, "29->32": 1}, summary
+    assert summary["batch_dim"].startswith("dim 1 of input ") and \
+        summary["declared_sizes"] == [8, 16, 32], summary
 
 
 def test_a_token_batch_whose_tokens_mix_is_refused_padding():

@@ -216,10 +216,12 @@ class NpuGraphExConfig(ConfigBase):
             "global", ["global", "thread_local", "relaxed"], "device graph capture error mode")
         self.force_recapture = BoolOption(False, "recapture on every call (debugging)")
         self.capture_sizes = IntListOption(
-            None, "sizes of the batch dimension (dim 0 of the first input whose dim 0 is "
-            "dynamic) captured up front at the first call, largest first, into one pool "
-            "(vLLM's cudagraph_capture_sizes); a call of another size is padded up "
-            "(pad_to_capture_size) or runs eagerly, that call only")
+            None, "sizes of the batch dimension captured up front at the first call, "
+            "largest first, into one pool (vLLM's cudagraph_capture_sizes, token counts); "
+            "the batch dimension is dim 0 of the first input whose dim 0 is dynamic, else "
+            "the first dynamic dim of the first input that has one (dim 1 of a flattened "
+            "[1, tokens] batch); a call of another size is padded up (pad_to_capture_size) "
+            "or runs eagerly, that call only")
         self.pad_to_capture_size = BoolOption(
             False, "rows along the batch dimension are independent: a call whose batch size "
             "is not among capture_sizes is padded up to the next one and its outputs sliced "

@@ -118,9 +118,10 @@ def capture_summary() -> Dict[str, Dict[str, Any]]:
     buffers: one per input, sized for the largest capture), ``captures``,
     ``capture_time_s`` (all captures), ``output_copies`` / ``output_copy_bytes`` (outputs the
     caller still held when a replay was about to reuse their memory, preserved by a copy:
-    zero when outputs are dropped before the next call), and with declared ``npugraphex_config.capture_sizes``:
-    ``padded`` (``"n->size"``: calls padded up) and ``eager`` (``"n: why"``: calls of a batch
-    size that ran eagerly)."""
+    zero when outputs are dropped before the next call), and with declared
+    ``npugraphex_config.capture_sizes``: ``batch_dim`` (where the batch was found: "dim 1 of
+    input 2 (s0)"), ``declared_sizes`` (those this graph captures), ``padded`` (``"n->size"``:
+    calls padded up) and ``eager`` (``"n: why"``: calls of a batch size that ran eagerly)."""
     out: Dict[str, Dict[str, Any]] = {}
     for graph, entry in _summary.items():
         out[graph] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in entry.items()}
@@ -185,6 +186,13 @@ def reset_capture_report() -> None:
     _events_added.clear()
     for cell in _cells.values():  # runners hold them: zero in place
         cell[0] = 0
+
+
+def batch_dim(graph: str, where: str, sizes) -> None:
+    """Where the graph's declared ``capture_sizes`` were found, and the sizes it captures."""
+    row = _summary.setdefault(graph, {})
+    row["batch_dim"] = where
+    row["declared_sizes"] = sorted(sizes)
 
 
 def pad_unchecked(graph: str, ops) -> None:

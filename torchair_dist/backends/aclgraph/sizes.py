@@ -359,6 +359,10 @@ class DeclaredSizes:
             self.row_writes = check_padding(gm, self.batch, self.sizes, unchecked, graph,
                                             values)
         self.pending = bool(self.sizes)
+        if self.batch is not None:
+            from . import report
+
+            report.batch_dim(graph, self.batch.describe(), self.sizes)
 
     def capture(self, args: Sequence[Any], run: Callable[[List[Any], int], bool]) -> None:
         """``run(sized_args, size) -> captured?`` for every size still to capture."""
