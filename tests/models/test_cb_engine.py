@@ -33,6 +33,12 @@ def _check(r, mode, where):
         f"{where} {mode}: recaptured for {r['recapture_reasons']}"
     if mode == "npugraph_ex":
         assert r["captures"] > 0, f"{where}: nothing was captured"
+        # the declared token counts name the token dim of the flattened batch, and every
+        # count the engine pads to is declared: none runs eagerly, none is a capture per step
+        assert r["declared"], f"{where}: no graph took the declared token counts"
+        assert all(d.startswith("dim ") and sizes for d, sizes in r["declared"].values()), \
+            r["declared"]
+        assert not r["eager_calls"], f"{where}: token counts ran eagerly: {r['eager_calls']}"
 
 
 @pytest.mark.parametrize("mode", MODES)

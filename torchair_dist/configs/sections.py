@@ -219,8 +219,8 @@ class NpuGraphExConfig(ConfigBase):
             None, "sizes of the batch dimension captured up front at the first call, "
             "largest first, into one pool (vLLM's cudagraph_capture_sizes, token counts); "
             "the batch dimension is dim 0 of the first input whose dim 0 is dynamic, else "
-            "the first dynamic dim of the first input that has one (dim 1 of a flattened "
-            "[1, tokens] batch); a call of another size is padded up (pad_to_capture_size) "
+            "dim 1 of the first input shaped [1, tokens, ...] with a dynamic token count (a "
+            "flattened token batch); a call of another size is padded up (pad_to_capture_size) "
             "or runs eagerly, that call only")
         self.pad_to_capture_size = BoolOption(
             False, "rows along the batch dimension are independent: a call whose batch size "

@@ -120,7 +120,8 @@ def capture_summary() -> Dict[str, Dict[str, Any]]:
     caller still held when a replay was about to reuse their memory, preserved by a copy:
     zero when outputs are dropped before the next call), and with declared
     ``npugraphex_config.capture_sizes``: ``batch_dim`` (where the batch was found: "dim 1 of
-    input 2 (s0)"), ``declared_sizes`` (those this graph captures), ``padded`` (``"n->size"``:
+    input 2 (s0)"), ``declared_sizes`` (those this graph captures), ``declared_later`` (declared
+    sizes not captured up front, captured at their first call), ``padded`` (``"n->size"``:
     calls padded up) and ``eager`` (``"n: why"``: calls of a batch size that ran eagerly)."""
     out: Dict[str, Dict[str, Any]] = {}
     for graph, entry in _summary.items():
@@ -193,6 +194,13 @@ def batch_dim(graph: str, where: str, sizes) -> None:
     row = _summary.setdefault(graph, {})
     row["batch_dim"] = where
     row["declared_sizes"] = sorted(sizes)
+
+
+def declared_later(graph: str, size: int) -> None:
+    """A declared size that could not be captured up front (made-up inputs did not fit)."""
+    later = _summary.setdefault(graph, {}).setdefault("declared_later", [])
+    if size not in later:
+        later.append(size)
 
 
 def pad_unchecked(graph: str, ops) -> None:

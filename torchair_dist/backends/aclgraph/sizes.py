@@ -86,6 +86,13 @@ def _first_symbolic_dim(value: Any) -> Optional[int]:
     return next((d for d in range(value.dim()) if _dim_symbol(value, d) is not None), None)
 
 
+def _is_token_batch(value: Any) -> bool:
+    """``[1, tokens, ...]`` with a dynamic token count: the flattened batch of transformers'
+    continuous batching (every request's tokens in one row)."""
+    return (isinstance(value, torch.Tensor) and value.dim() >= 2 and value.size(0) == 1
+            and not isinstance(value.size(0), torch.SymInt) and _dim_symbol(value, 1) is not None)
+
+
 def _batch_dim_of(value: Any, symbols) -> Optional[int]:
     """The first dim of ``value`` whose size is one of ``symbols``."""
     if not isinstance(value, torch.Tensor):
@@ -95,18 +102,18 @@ def _batch_dim_of(value: Any, symbols) -> Optional[int]:
 
 def find_batch_dim(gm: torch.fx.GraphModule, examples: Sequence[Any],
                    user_indices: Sequence[int]) -> Optional[BatchDim]:
-    """The batch dimension of a graph (None where no user input has a symbolic dim): dim 0 of
-    the first user input whose dim 0 is symbolic; where none is, the first symbolic dim of the
-    first user input that has one (a flattened token batch ``[1, tokens]``)."""
+    """The batch dimension of a graph (None where no user input has one): dim 0 of the first
+    user input whose dim 0 is symbolic; where none is, dim 1 of the first user input of shape
+    ``[1, tokens, ...]`` with a symbolic token count (a flattened token batch)."""
     placeholders = gm.graph.find_nodes(op="placeholder")
     values = [p.meta.get("val", examples[i] if i < len(examples) else None)
               for i, p in enumerate(placeholders)]
     users = [i for i in user_indices if i < len(values)]
     symbol = next((_dim0_symbol(values[i]) for i in users
                    if _dim0_symbol(values[i]) is not None), None)
-    if symbol is None:
-        symbol = next((_dim_symbol(values[i], _first_symbolic_dim(values[i])) for i in users
-                       if _first_symbolic_dim(values[i]) is not None), None)
+    if symbol is None:  # a flattened token batch: [1, tokens, ...]
+        symbol = next((_dim_symbol(values[i], 1) for i in users if _is_token_batch(values[i])),
+                      None)
     if symbol is None:
         return None
     # Dynamo may give each input its own symbol for the same batch (mark_dynamic, no duck
@@ -359,6 +366,7 @@ class DeclaredSizes:
             self.row_writes = check_padding(gm, self.batch, self.sizes, unchecked, graph,
                                             values)
         self.pending = bool(self.sizes)
+        self._warned_later = False
         if self.batch is not None:
             from . import report
 
@@ -373,9 +381,13 @@ class DeclaredSizes:
         saved = {i: args[i].clone() for i in self.mutated if isinstance(args[i], torch.Tensor)}
         show = sys.stderr.isatty()
         started = time.perf_counter()
+        own = self.batch.size_of(args)
         try:
             for done, size in enumerate(self.sizes):
-                run(resized(args, self.batch, size), size)
+                if size == own:
+                    run(resized(args, self.batch, size), size)
+                elif not self._capture_made_up(args, run, size, own):
+                    continue
                 if show:
                     print(f"\rtorchair_dist: {self.graph}: captured size {size} "
                           f"({done + 1}/{len(self.sizes)}, {time.perf_counter() - started:.1f} s)",
@@ -388,6 +400,31 @@ class DeclaredSizes:
                     args[i].copy_(value)
         log.info("%s: captured %d declared sizes in %.2f s", self.graph, len(self.sizes),
                  time.perf_counter() - started)
+
+    def _capture_made_up(self, args, run, size: int, own: int) -> bool:
+        """Capture ``size`` from this call's inputs cut or padded along the batch dim; where the
+        graph's other inputs are tied to the batch size (a KV length, offsets of the flattened
+        requests), such made-up inputs can fail: the size is then captured at its first real
+        call, named in one warning and in ``capture_summary()['declared_later']``."""
+        try:
+            run(resized(args, self.batch, size), size)
+            return True
+        except Exception as exc:  # noqa: BLE001 - reported, and the real call of it captures
+            from . import report
+
+            report.declared_later(self.graph, size)
+            if not self._warned_later:
+                self._warned_later = True
+                import warnings
+
+                first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+                warnings.warn(
+                    f"graph {self.graph}: declared capture size {size} cannot be captured "
+                    f"up front from a call of size {own} ({type(exc).__name__}: {first}): "
+                    f"other inputs depend on the batch size, so the made-up inputs do not fit "
+                    f"the graph. It is captured at its first call instead (and so is any "
+                    f"other size that fails the same way).", UserWarning, stacklevel=6)
+            return False
 
     def route(self, args: Sequence[Any], run: Callable, eager: Callable):
         if self.batch is None:
