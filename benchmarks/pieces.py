@@ -2,7 +2,7 @@
 per piece, side by side in one run: eager, inductor, ours (npugraph_ex, with inductor's kernels,
 max-autotune).
 
-  python benchmarks/pieces.py [--layers 2 8] [--tokens 16] [--steps 300]
+  python benchmarks/pieces.py [--layers 2 8] [--tokens 16] [--steps 300] [--threads 1]
 
 Each layer is a pre-norm block whose cache write runs outside the graph, as transformers'
 paged-cache update does (``@torch.compiler.disable``): Dynamo makes one graph before the write
@@ -122,7 +122,11 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, nargs="+", default=[2, 8])
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads (1 keeps timings stable on a shared machine)")
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}; pieces of {args.tokens} x {WIDTH}; median of "
           f"{args.steps} steps per variant")
     for layers in args.layers:

@@ -61,6 +61,8 @@ def parse_args(argv=None):
     p.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS)
     p.add_argument("--rounds", type=int, default=3, help="timed passes per variant")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads (1 keeps timings stable on a shared machine)")
     p.add_argument("--plot", default=None, help="write the plot (PNG) here")
     p.add_argument("--json", default=None, help="write every row as JSON here")
     args = p.parse_args(argv)
@@ -276,6 +278,8 @@ def main(argv=None) -> int:
     import torch
 
     warnings.filterwarnings("ignore", category=FutureWarning)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     import serving
 
     model = build_model(args.preset, args.seed)
