@@ -14,7 +14,7 @@ import logging
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...platform.interfaces import CaptureGraph, InputFeed
-from .outputs import PoolOutputs, hand_out, keep, use_count
+from .outputs import PoolOutputs, keep, use_count
 
 log = logging.getLogger("torchair_dist")
 _DEBUG = logging.DEBUG
@@ -57,4 +57,7 @@ class CaptureEntry:
         self.replays[0] += 1
         if log.isEnabledFor(_DEBUG):
             log.debug("%s: replay of key %s", self.graph_name, self.name)
-        return hand_out(self.outputs, self.pool_positions)
+        handed = list(self.outputs)  # outputs.hand_out, inlined: fresh objects over the pool
+        for i in self.pool_positions:
+            handed[i] = handed[i].detach()
+        return handed
