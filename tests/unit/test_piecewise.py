@@ -182,3 +182,27 @@ def test_tiny_llama_static_cache_decode_piecewise_equals_eager(runners):
     assert len(pieces) == 3, counts  # 2 layers: before, between and after the attentions
     for graph in pieces:
         assert list(counts[graph].values()) == [1], (graph, counts[graph])
+
+
+def test_pieces_compiled_by_inductor_bind_the_sizes_their_shapes_use(record_capture):
+    """With inductor's kernels, each piece is compiled by inductor inside the whole graph's
+    compile: a piece whose shapes use a size none of its inputs carries (the reshape after
+    attention) gets that size input from the split graph, and leaves the tracing context's
+    output strides to the graph."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    w, w2 = torch.randn(16, 16), torch.randn(16, 16)
+
+    def f(x, k, v):
+        q = (x @ w).view(1, 2, -1, 8)
+        return F.scaled_dot_product_attention(q, k, v).reshape(-1, 16) @ w2
+
+    cfg = torchair_dist.CompilerConfig()
+    cfg.mode = "npugraph_ex"
+    cfg.npugraphex_config.piecewise = True
+    cfg.experimental_config.inductor_kernels = True
+    g = torch.compile(f, dynamic=True, backend=torchair_dist.get_npu_backend(compiler_config=cfg))
+    for t, kv in ((4, 8), (6, 12), (4, 16)):
+        x, k, v = torch.randn(t, 16), torch.randn(1, 2, kv, 8), torch.randn(1, 2, kv, 8)
+        torch.testing.assert_close(g(x, k, v), f(x, k, v), rtol=1e-5, atol=1e-5)

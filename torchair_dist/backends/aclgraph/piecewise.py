@@ -20,6 +20,7 @@ not the length, so a decode captures once per batch size (vLLM's piecewise CUDA 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import operator
@@ -163,15 +164,95 @@ def build_piecewise(ctx: GraphContext, make_forward: Callable, factory: CaptureF
         if index in split_ids:
             pieces.append(Piece(name, sub, False))
             continue
+        _bind_free_sizes(split, call, sub)
         pctx = _piece_ctx(ctx, split, call, sub, name)
         pfactory = _piece_factory(pctx, factory, device, opaque, on_device)
-        runner = AclGraphRunner(make_forward(pctx)[0], pctx, pfactory, declared_sizes=False)
+        with _piece_compile():
+            forward = make_forward(pctx)[0]
+        runner = AclGraphRunner(forward, pctx, pfactory, declared_sizes=False)
         setattr(split, call.target, _CapturedPiece(runner, _returns_one(sub)))
         pieces.append(Piece(name, sub, True, runner))
     split.recompile()
     log.debug("%s: piecewise: %d pieces, %d run eagerly (%s)", ctx.graph_name, len(pieces),
               len(split_ids), ", ".join(p.name for p in pieces if not p.captured))
     return PiecewiseRunner(ctx, split, pieces, make_forward(ctx)[0])
+
+
+@contextlib.contextmanager
+def _piece_compile():
+    """A piece compiled inside the whole graph's compile leaves the tracing context as it
+    found it: a compiler that records its outputs' strides there (inductor) records the
+    piece's for the piece alone, not as the graph's."""
+    context = torch._guards.TracingContext.try_get()
+    strides = getattr(context, "output_strides", None)
+    if strides is None:
+        yield
+        return
+    saved = list(strides)
+    strides.clear()
+    try:
+        yield
+    finally:
+        strides[:] = saved
+
+
+def _bindable(value: Any) -> set:
+    """The symbols a piece can read off an input: its plain symbolic sizes (and a SymInt
+    input itself)."""
+    if isinstance(value, torch.SymInt):
+        return {value.node.expr} if value.node.expr.is_Symbol else set()
+    if not isinstance(value, torch.Tensor):
+        return set()
+    found = set()
+    for n in list(value.shape) + list(value.stride()):
+        if isinstance(n, torch.SymInt) and n.node.expr.is_Symbol:
+            found.add(n.node.expr)
+    return found
+
+
+def _free(value: Any) -> set:
+    if isinstance(value, torch.SymInt):
+        return set(value.node.expr.free_symbols)
+    if isinstance(value, torch.Tensor):
+        return {sym for n in list(value.shape) + list(value.stride())
+                if isinstance(n, torch.SymInt) for sym in n.node.expr.free_symbols}
+    if isinstance(value, (list, tuple)):
+        return set().union(*(_free(v) for v in value)) if value else set()
+    return set()
+
+
+def _bind_free_sizes(split: torch.fx.GraphModule, call: torch.fx.Node,
+                     sub: torch.fx.GraphModule) -> None:
+    """Give a piece the graph's size inputs its values' shapes use but none of its inputs
+    carries as a size (a piece that only receives attention's output ``[1, h, t, d]`` while
+    its reshape's shape is ``t * s // 16``): a compiler that binds every symbol from the
+    inputs (inductor) needs them; the split graph passes them along."""
+    placeholders = sub.graph.find_nodes(op="placeholder")
+    bound = set().union(*(_bindable(p.meta.get("val")) for p in placeholders)) \
+        if placeholders else set()
+    used = set()
+    for node in sub.graph.nodes:
+        if node.op != "output":
+            used |= _free(node.meta.get("val"))
+    missing = used - bound
+    if not missing:
+        return
+    sizes = {p.meta["val"].node.expr: p for p in split.graph.find_nodes(op="placeholder")
+             if isinstance(p.meta.get("val"), torch.SymInt) and p.meta["val"].node.expr.is_Symbol}
+    added = [sizes[sym] for sym in sorted(missing, key=str) if sym in sizes]
+    if not added:
+        return
+    last = placeholders[-1] if placeholders else None
+    for top in added:
+        if last is not None:
+            with sub.graph.inserting_after(last):
+                new = sub.graph.placeholder(top.name)
+        else:
+            new = sub.graph.placeholder(top.name)
+        new.meta["val"] = top.meta["val"]
+        last = new
+    sub.recompile()
+    call.args = tuple(call.args) + tuple(added)
 
 
 def _release_all(runners: List[AclGraphRunner]) -> None:
