@@ -10,7 +10,9 @@ import weakref
 from typing import Dict, List
 
 
-from .concurrency import _tensors, poison
+import torch
+
+from .concurrency import _tensors
 
 
 class RecordPool:
@@ -47,10 +49,22 @@ class RecordPool:
             for later in [k for k in fresh if k > at]:
                 other = fresh.pop(later)()
                 if other is not None:
-                    for out in other.pool_outputs:
-                        poison(out)
+                    for tensor, value in _fills(other):
+                        tensor.fill_(value)
         fresh[at] = self.graphs[at]
         self._last = at
+
+
+def _fills(graph) -> List[tuple]:
+    """(tensor, poison value) of each pool output of ``graph`` (:func:`.concurrency.poison`'s
+    values), worked out once: a replay round poisons many."""
+    fills = graph.__dict__.get("_poison_fills")
+    if fills is None:
+        fills = graph.__dict__["_poison_fills"] = [
+            (t, float("nan") if t.is_floating_point() or t.is_complex() else
+             True if t.dtype == torch.bool else -12345)
+            for t in graph.pool_outputs if t.numel()]
+    return fills
 
 
 def peak_bytes(entries, inputs, outputs) -> int:
