@@ -165,12 +165,17 @@ def build_piecewise(ctx: GraphContext, make_forward: Callable, factory: CaptureF
             pieces.append(Piece(name, sub, False))
             continue
         _bind_free_sizes(split, call, sub)
+        single = _returns_one(sub)
+        if single:  # torch 2.11's split: the piece's graph returns its one value as a tuple
+            (output,) = sub.graph.find_nodes(op="output")
+            output.args = ((output.args[0],),)
+            sub.recompile()
         pctx = _piece_ctx(ctx, split, call, sub, name)
         pfactory = _piece_factory(pctx, factory, device, opaque, on_device)
         with _piece_compile():
             forward = make_forward(pctx)[0]
         runner = AclGraphRunner(forward, pctx, pfactory, declared_sizes=False)
-        setattr(split, call.target, _CapturedPiece(runner, _returns_one(sub)))
+        setattr(split, call.target, _CapturedPiece(runner, single))
         pieces.append(Piece(name, sub, True, runner))
     split.recompile()
     log.debug("%s: piecewise: %d pieces, %d run eagerly (%s)", ctx.graph_name, len(pieces),
