@@ -43,14 +43,21 @@ class EmulatedGraph(CaptureGraph):
         return self.outputs
 
     def replay(self, args) -> None:
-        if self.feed.private:  # the runner's own buffers: the caller's tensors hold the values
-            fresh = self.fn(list(args))
-        else:
-            self.feed(args)
-            fresh = self.fn(list(self.inputs))
-        for static, new in zip(self.outputs, fresh):
-            if isinstance(static, torch.Tensor) and static is not new:
-                static.copy_(new)
+        grad = torch.is_grad_enabled()
+        if grad:
+            torch._C._set_grad_enabled(False)
+        try:
+            if self.feed.private:  # the runner's own buffers: the caller's tensors hold them
+                fresh = self.fn(list(args))
+            else:
+                self.feed(args)
+                fresh = self.fn(list(self.inputs))
+            for static, new in zip(self.outputs, fresh):
+                if isinstance(static, torch.Tensor) and static is not new:
+                    static.copy_(new)
+        finally:
+            if grad:
+                torch._C._set_grad_enabled(True)
 
 
 def capture_factory(gm: torch.fx.GraphModule, graph_name: str, share_pool: bool,

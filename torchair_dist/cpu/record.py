@@ -296,6 +296,10 @@ class RecordGraph(CaptureGraph):
         self._buffers = list(inputs)
         self.added_bytes = self.peak_bytes if self.pool is None else \
             self.pool.add(self, self.peak_bytes)
+        if self.reads_caller and self.pool is None:
+            # nothing to do around the recorded ops: a replay is the generated function
+            # itself (one frame fewer per call; it holds no reference back to this graph)
+            self.replay = self.run
         return outputs
 
     def _build(self, inputs, entries, outputs, fed) -> None:
@@ -357,7 +361,8 @@ class RecordGraph(CaptureGraph):
         if self.reads_caller:
             self.run(args)
         else:
-            self.feed(args)
+            with torch.no_grad():  # the feed's copies are not autograd's
+                self.feed(args)
             self.run(self._buffers)
         pool = self.pool
         if pool is not None:

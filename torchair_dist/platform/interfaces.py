@@ -90,7 +90,8 @@ class CaptureGraph(abc.ABC):
     leaves the inputs as one run of ``fn`` leaves them (also when it stops with
     :class:`CaptureSkipped`: a stand-in that really runs the graph undoes its input writes);
     ``replay(args)`` makes the outputs those of ``fn(args)`` (feeding the inputs as ``feed``
-    says); :meth:`pool_bytes` is what the capture added to its memory pool."""
+    says), with grad mode off whatever the caller's (nothing it does is recorded by autograd);
+    :meth:`pool_bytes` is what the capture added to its memory pool."""
 
     outputs: Sequence[Any] = ()
 

@@ -76,7 +76,14 @@ class DeviceGraph(CaptureGraph):
         return stream
 
     def replay(self, args) -> None:
-        self.feed(args)
+        grad = torch.is_grad_enabled()
+        if grad:  # the feed's copies are not autograd's
+            torch._C._set_grad_enabled(False)
+        try:
+            self.feed(args)
+        finally:
+            if grad:
+                torch._C._set_grad_enabled(True)
         self.graph.replay()
         if self.user_events:
             caller = getattr(torch, self.platform.device_type).current_stream()

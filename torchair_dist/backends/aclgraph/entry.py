@@ -18,6 +18,9 @@ from .outputs import PoolOutputs, keep, use_count
 
 log = logging.getLogger("torchair_dist")
 _DEBUG = logging.DEBUG
+# the logger's own cache of isEnabledFor answers (cleared on every level change): a lookup
+# answers most calls without the method call
+_LEVELS = getattr(log, "_cache", {})
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -55,7 +58,7 @@ class CaptureEntry:
                 keep(held)
         self.graph.replay(args)
         self.replays[0] += 1
-        if log.isEnabledFor(_DEBUG):
+        if _LEVELS.get(_DEBUG) is not False and log.isEnabledFor(_DEBUG):
             log.debug("%s: replay of key %s", self.graph_name, self.name)
         handed = list(self.outputs)  # outputs.hand_out, inlined: fresh objects over the pool
         for i in self.pool_positions:

@@ -93,21 +93,22 @@ class AclGraphRunner:
     def direct_call(self, first: Callable) -> Callable:
         """``forward(*args)`` for Dynamo, in place of AOT's forward ``first`` when AOT's runtime
         wrapper has nothing to do (:mod:`torchair_dist.pipeline.aot`): the first call goes
-        through ``first``; later ones run with grad mode off, as AOT's wrapper would."""
+        through ``first``; later ones run with grad mode off, as AOT's wrapper would (a
+        replay turns it off itself: :class:`~torchair_dist.platform.interfaces.CaptureGraph`)."""
         key, fast_get, slow = self._key, self._fast_get, self._call
         pending = [first]
 
         def direct(*args):
             if pending:
                 return pending.pop()(*args)
+            entry = fast_get(key(args))
+            if entry is not None:  # a graph's replay runs with grad mode off by itself
+                return entry.replay(args)
             grad = _is_grad()
             if grad:
                 _set_grad(False)
             try:
-                entry = fast_get(key(args))
-                if entry is None:
-                    return slow(list(args))
-                return entry.replay(args)
+                return slow(list(args))
             finally:
                 if grad:
                     _set_grad(True)
