@@ -227,12 +227,11 @@ REFUSALS = [
      "Airy; lgamma, digamma, polygamma, erfcx, i0/i1, Chebyshev polynomials are)"),
     (("avg_pool", "adaptive_", "max_pool", "fractional_max_pool", "max_unpool", "upsample"),
      "no converter yet for this pooling/resampling variant"),
-    (("rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "normal",
-      "bernoulli", "uniform", "native_dropout", "exponential", "multinomial", "randperm"),
-     "a random op: GE's generators (StatelessRandomUniformV2/NormalV2, DropOutGenMask, ...) draw "
-     "from their own stream, not torch's, so max-autotune refuses rather than give values "
-     "that differ from eager; generate the random tensor outside the compiled region and pass "
-     "it in, or use mode='npugraph_ex'"),
+    (("bernoulli", "normal", "uniform", "native_dropout", "exponential", "multinomial",
+      "randperm", "rand", "randn", "randint"),
+     "a random op with no converter (rand/randn/randint and their _like forms convert to GE's "
+     "stateless generators, and dropout/bernoulli(p) decompose into them); generate the random "
+     "tensor outside the compiled region and pass it in, or use mode='npugraph_ex'"),
     (("_scaled_mm", "hash_tensor", "copy_to"),
      "not meaningful in a GE graph (float8 scaled matmul / hashing / a copy into a view)"),
 ]

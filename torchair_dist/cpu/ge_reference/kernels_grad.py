@@ -99,3 +99,20 @@ def _repeat_interleave(spec: OpSpec):
             return torch.repeat_interleave(x.reshape(-1), repeats.reshape(-1))
         return torch.repeat_interleave(x, repeats.reshape(-1), dim=axis)
     return run
+
+
+@kernel("AvgPool3DGrad")
+def _avg_pool3d_grad(spec: OpSpec):
+    if spec.attr("data_format", "NDHWC") != "NCDHW":
+        raise GeRuntimeError(f"AvgPool3DGrad {spec.name!r}: only NCDHW is implemented")
+    k, s = list(spec.attr("ksize"))[2:], list(spec.attr("strides"))[2:]
+    pads = list(spec.attr("pads"))
+    if pads[::2] != pads[1::2]:
+        raise GeRuntimeError(f"AvgPool3DGrad {spec.name!r}: asymmetric pads")
+    ceil, include = bool(spec.attr("ceil_mode", False)), bool(spec.attr("count_include_pad", True))
+    divisor = int(spec.attr("divisor_override", 0)) or None
+
+    def run(shape, grad):
+        x = torch.zeros(ints(shape), dtype=grad.dtype)
+        return aten.avg_pool3d_backward(grad, x, k, s, pads[::2], ceil, include, divisor)
+    return run

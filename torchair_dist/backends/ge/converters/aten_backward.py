@@ -94,6 +94,28 @@ def _avg_pool2d_backward(cx, grad, x, kernel_size, stride, padding, ceil_mode, c
     return cx.cast(y, cx.out_dtype)
 
 
+@register([aten.avg_pool3d_backward.default], ["AvgPool3DGrad", "Cast", "Const", "Shape"])
+def _avg_pool3d_backward(cx, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override=None):
+    """GE's AvgPool3DGrad (NCDHW) from the input's run-time shape; window, stride and padding
+    are attributes (symbolic ones fixed by a guard). Low precision is computed in float32."""
+    if len(x.shape) != 5:
+        raise UnsupportedOpError(f"%{cx.node.name}: avg_pool3d_backward of a {len(x.shape)}-D "
+                                 "input: lowered for 5-D (NCDHW) tensors only")
+    kernel = _attr_ints(cx, kernel_size, 2, "kernel_size", 3)
+    stride = _attr_ints(cx, stride, 3, "stride", 3) if stride else kernel
+    padding = _attr_ints(cx, padding, 4, "padding", 3)
+    work = torch.float32 if grad.dtype in (torch.bfloat16, torch.float16) else grad.dtype
+    y = cx.emit1("AvgPool3DGrad", [("orig_input_shape", _shape_i32(cx, x)),
+                                   ("grads", cx.cast(grad, work))],
+                 {"ksize": [1, 1, *kernel], "strides": [1, 1, *stride],
+                  "pads": [q for q in padding for _ in (0, 1)], "ceil_mode": bool(ceil_mode),
+                  "count_include_pad": bool(count_include_pad),
+                  "divisor_override": int(divisor_override or 0), "data_format": "NCDHW"},
+                 (work, tuple(x.shape)), port="output")
+    return cx.cast(y, cx.out_dtype)
+
+
 def _check_scales(cx, out_size, in_size, scales) -> None:
     """Explicit scales equal to out/in give torch's size-ratio rule (what GE computes);
     others (interpolate(scale_factor=1.7, recompute_scale_factor=False)) would not."""

@@ -1,0 +1,120 @@
+"""Issue 44's refusals of PyTorch's inductor programs under dynamic shapes, now lowered in
+max-autotune: random ops as GE's stateless generators (keyed per call from torch's generator),
+avg_pool3d_backward as AvgPool3DGrad, and prims.broadcast_in_dim of a symbolic input (the
+reshape target read from the run-time shape, not written as -1s). Each compiled with
+``dynamic=True`` and compared with eager; the GE graph holds the expected ops."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from test_ge_common import assert_same, record_ge_types, stand_in_config  # noqa: F401
+
+aten = torch.ops.aten
+
+
+def compiled(fn, dynamic=True):
+    from torchair_dist import CompilerConfig, get_npu_backend
+
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=get_npu_backend(compiler_config=CompilerConfig()),
+                         fullgraph=True, dynamic=dynamic)
+
+
+def _r(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+# -- random ops -----------------------------------------------------------------------------
+def test_rand_like_repeats_under_a_seed_and_differs_between_calls(monkeypatch):
+    types = record_ge_types(monkeypatch)
+    c = compiled(lambda a: (torch.rand_like(a), torch.rand_like(a)))
+    x = torch.ones(1024)
+    torch.manual_seed(1234)
+    a0, a1 = c(x)[0].clone(), c(x)[0].clone()
+    torch.manual_seed(1234)
+    b0, b1 = c(x)[0].clone(), c(x)[0].clone()
+    assert torch.equal(a0, b0) and torch.equal(a1, b1)  # same seed, same numbers
+    assert not torch.equal(a0, a1)  # another call, other numbers
+    p, q = c(x)
+    assert not torch.equal(p, q)  # two ops of one graph draw apart
+    assert ((p >= 0) & (p < 1)).all() and abs(p.mean().item() - 0.5) < 0.05
+    assert types.count("StatelessRandomUniformV2") >= 2
+    # a new length reuses the symbolic graph and draws that many numbers
+    assert c(torch.ones(7))[0].shape == (7,)
+
+
+def test_randn_statistics_and_dtype():
+    c = compiled(lambda x: torch.randn(x.shape[0], 64, dtype=torch.float64) + x[:, None])
+    y = c(torch.zeros(256))
+    assert y.dtype == torch.float64 and y.shape == (256, 64)
+    assert abs(y.mean().item()) < 0.05 and abs(y.std().item() - 1) < 0.05
+
+
+def test_randint_ranges_and_dtypes(monkeypatch):
+    types = record_ge_types(monkeypatch)
+
+    def fn(x):
+        return (torch.randint(10, [1024]), torch.randint(-4, 7, [1024], dtype=torch.int32),
+                torch.randint_like(x, 2**50))
+
+    c = compiled(fn)
+    torch.manual_seed(5)
+    a, b, e = c(torch.zeros(40, 40))
+    torch.manual_seed(5)
+    assert all(torch.equal(u, v) for u, v in zip((a, b, e), c(torch.zeros(40, 40))))
+    assert (a.dtype, b.dtype, e.dtype) == (torch.int64, torch.int32, torch.float32)
+    assert (a.min().item(), a.max().item()) == (0, 9) and (b.min().item(), b.max().item()) == (-4, 6)
+    assert 2**40 < e.max().item() < 2**50 and e.min().item() >= 0
+    assert "StatelessRandomUniformIntV2" in types
+
+
+def test_dropout_keeps_about_half_and_scales():
+    y = compiled(lambda x: F.dropout(x, 0.5, True))(torch.ones(4000))
+    kept = (y != 0).sum().item()
+    assert 1700 < kept < 2300 and torch.equal(y[y != 0], torch.full((kept,), 2.0))
+
+
+def test_bernoulli_of_zero_one_probabilities_is_exact():
+    p = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0])
+    assert torch.equal(compiled(torch.bernoulli)(p), p)
+
+
+def test_fallback_random_asks_for_eager_numbers_and_is_refused():
+    from torch._inductor import config as inductor_config
+
+    with inductor_config.patch(fallback_random=True):
+        with pytest.raises(Exception, match="fallback_random=True"):
+            compiled(lambda x: torch.rand_like(x) + x)(torch.ones(3))
+
+
+# -- pooling gradients and broadcasts on symbolic sizes -------------------------------------
+@pytest.mark.parametrize("args", [([2, 2, 2], [2, 2, 2], [0, 0, 0], False, True, None),
+                                  ([3, 3, 3], [1, 1, 1], [1, 1, 1], False, False, None),
+                                  ([3, 2, 3], [2, 1, 2], [1, 0, 1], True, True, 5)])
+def test_avg_pool3d_backward(args, monkeypatch):
+    types = record_ge_types(monkeypatch)
+    k, s, p, ceil, include, div = args
+    x = _r(2, 3, 9, 8, 7, seed=1)
+    g = _r(*aten.avg_pool3d(x, k, s, p, ceil, include, div).shape, seed=2)
+
+    def fn(g, x):
+        return aten.avg_pool3d_backward(g, x, k, s, p, ceil, include, div)
+
+    assert_same(fn(g, x), compiled(fn)(g, x), rtol=1e-5, atol=1e-5)
+    assert "AvgPool3DGrad" in types
+
+
+def test_std_and_var_keep_dims_on_symbolic_sizes(monkeypatch):
+    """var/std reduce then broadcast_in_dim back over symbolic dims: the Reshape target is
+    a Pack of run-time dims, never a Const holding several -1s."""
+    types = record_ge_types(monkeypatch)
+
+    def fn(x):
+        return (torch.var(x, True), torch.var(x, -1, False), torch.std(x, [0, 1], True),
+                torch.std(x, -2, True, keepdim=True))
+
+    c = compiled(fn)
+    for shape in [(2, 4, 4, 8), (3, 5, 2, 6)]:
+        x = _r(*shape, seed=3)
+        assert_same(fn(x), c(x), rtol=1e-5, atol=1e-5)
+    assert "Pack" in types
