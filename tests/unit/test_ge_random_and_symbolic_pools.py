@@ -118,3 +118,52 @@ def test_std_and_var_keep_dims_on_symbolic_sizes(monkeypatch):
         x = _r(*shape, seed=3)
         assert_same(fn(x), c(x), rtol=1e-5, atol=1e-5)
     assert "Pack" in types
+
+
+def test_randn_with_dtype_device_and_generator_none():
+    """randn(..., dtype, device) reaches the backend as prims.normal, randn(generator=None)
+    as randn.generator: both lower; their draws have randn's statistics."""
+    def fn(v):
+        return (torch.randn((12, v.shape[-1], 64), device=v.device, dtype=v.dtype) + 1,
+                torch.randn([64, 64], generator=None, device=v.device))
+
+    a, b = compiled(fn)(torch.zeros(3, 16))
+    assert a.shape == (12, 16, 64) and b.shape == (64, 64)
+    assert abs(a.mean().item() - 1) < 0.05 and abs(b.std().item() - 1) < 0.05
+
+
+def test_rand_with_a_generator_is_refused_by_name():
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(Exception, match="Generator"):
+        compiled(lambda x: torch.rand(3, generator=g) + x, dynamic=False)(torch.ones(3))
+
+
+# -- recurrence polynomials of a symbolic degree, copy_strided ------------------------------
+@pytest.mark.parametrize("op", [torch.special.hermite_polynomial_h,
+                                torch.special.hermite_polynomial_he,
+                                torch.special.laguerre_polynomial_l,
+                                torch.special.legendre_polynomial_p])
+def test_recurrence_polynomials_of_a_symbolic_degree(op, monkeypatch):
+    types = record_ge_types(monkeypatch)
+    x = _r(8, 8, seed=4)
+    x[0, :3] = torch.tensor([1.0, -1.0, 0.0])  # torch's special cases at |x| = 1 and x = 0
+
+    def fn(x, n):
+        return op(x, n)
+
+    c = compiled(fn)
+    for n in (2, 5, 9, 3):
+        assert_same(fn(x, n), c(x, n), rtol=1e-4, atol=1e-4)
+    assert "Assert" in types  # a symbolic degree is bounded at run time
+    with pytest.raises(Exception, match="degree n above 32"):
+        c(x, 40)
+
+
+def test_copy_strided_keeps_values_and_eager_strides():
+    def fn(i0, i1):
+        return torch.lerp(i1, i0.transpose(-2, -3), 70000)
+
+    a, b = torch.rand(10, 3, 10), torch.rand(3, 10, 10)
+    out = compiled(fn)(a, b)
+    assert_same(fn(a, b), out, rtol=1e-5, atol=1e-2)
+    assert out.stride() == fn(a, b).stride()

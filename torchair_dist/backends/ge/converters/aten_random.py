@@ -116,3 +116,36 @@ def _randint_like(cx, x, high, *, dtype=None, layout=None, device=None, pin_memo
 def _randint_like_low(cx, x, low, high, *, dtype=None, layout=None, device=None,
                       pin_memory=None, memory_format=None):
     return _randint_values(cx, low, high, _size_of(cx, x))
+
+
+def _no_generator(cx, generator) -> None:
+    if generator is not None:
+        raise UnsupportedOpError(f"%{cx.node.name}: {cx.node.target} with an explicit "
+                                 "torch.Generator: its stream is not GE's; drop the generator "
+                                 "or draw outside the compiled region")
+
+
+@register([aten.rand.generator], ["StatelessRandomUniformV2", *_EMITS])
+def _rand_generator(cx, size, *, generator=None, dtype=None, layout=None, device=None,
+                    pin_memory=None):
+    _no_generator(cx, generator)
+    return _draw(cx, "StatelessRandomUniformV2", size, cx.out_dtype)
+
+
+@register([aten.randn.generator], ["StatelessRandomNormalV2", *_EMITS])
+def _randn_generator(cx, size, *, generator=None, dtype=None, layout=None, device=None,
+                     pin_memory=None):
+    _no_generator(cx, generator)
+    return _draw(cx, "StatelessRandomNormalV2", size, cx.out_dtype)
+
+
+@register([torch.ops.prims.normal.default], ["StatelessRandomNormalV2", "Mul", "Add", *_EMITS])
+def _prims_normal(cx, shape, *, mean, std, dtype, device, requires_grad, generator=None):
+    """prims.normal (what randn with a dtype/device decomposes to): mean + std * N(0, 1)."""
+    _no_generator(cx, generator)
+    y = _draw(cx, "StatelessRandomNormalV2", shape, dtype)
+    if std != 1:
+        y = cx.emit1("Mul", [("x1", y), ("x2", cx.tensor(std, dtype))], None, cx.out())
+    if mean != 0:
+        y = cx.emit1("Add", [("x1", y), ("x2", cx.tensor(mean, dtype))], None, cx.out())
+    return y
