@@ -167,3 +167,29 @@ def test_copy_strided_keeps_values_and_eager_strides():
     out = compiled(fn)(a, b)
     assert_same(fn(a, b), out, rtol=1e-5, atol=1e-2)
     assert out.stride() == fn(a, b).stride()
+
+
+def test_unfold_of_a_symbolic_dim(monkeypatch):
+    types = record_ge_types(monkeypatch)
+
+    def fn(x):
+        return x.unfold(1, 3, 2) * 2, x.unfold(0, 2, 1).permute(0, 2, 1, 3)
+
+    c = compiled(fn)
+    for length in (7, 8, 11):
+        x = _r(4, length, 3, seed=length)
+        assert_same(fn(x), c(x), rtol=0, atol=0)
+    assert "Range" in types and "GatherV2" in types
+
+
+def test_embedding_bag_byte_unpack_with_symbolic_rows_and_width(monkeypatch):
+    types = record_ge_types(monkeypatch)
+    fn = torch.ops.quantized.embedding_bag_byte_unpack
+    c = compiled(lambda p: fn(p))
+    for m, n in ((32, 64), (5, 24)):
+        g = torch.Generator().manual_seed(m)
+        data = torch.randint(0, 255, (m, n), dtype=torch.uint8, generator=g)
+        scale_bias = torch.randn(m, 2, generator=g).view(torch.uint8)
+        packed = torch.cat([data, scale_bias], dim=-1)
+        assert_same(fn(packed), c(packed), rtol=1.3e-6, atol=1e-5)
+    assert "Bitcast" in types

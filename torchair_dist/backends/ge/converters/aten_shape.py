@@ -400,10 +400,12 @@ def _roll(cx, x, shifts, dims=()):
     return cx.cast(y, dtype)
 
 
-@register([aten.unfold.default], ["GatherV2", "Transpose", "Const"])
+@register([aten.unfold.default], ["GatherV2", "Transpose", "Const", "Range", "Sub", "FloorDiv",
+                                   "Add", "Mul", "Reshape", "Shape", "Cast"])
 def _unfold(cx, x, dim, size, step):
-    """Sliding windows along ``dim``: GatherV2 of the window positions (a [n, size] Const),
-    then the window axis moved last, as torch lays it out."""
+    """Sliding windows along ``dim``: GatherV2 of the window positions (a [n, size] Const;
+    for a symbolic dim, ``Range(n)[:, None] * step + arange(size)`` with n = (len - size) //
+    step + 1 read at run time), then the window axis moved last, as torch lays it out."""
     from ....errors import UnsupportedOpError
 
     if not x.shape:  # a 0-d tensor unfolds as a 1-element vector
@@ -413,12 +415,30 @@ def _unfold(cx, x, dim, size, step):
     rank = len(x.shape)
     d = dim % rank
     length = x.shape[d]
-    if length < 0:
-        raise UnsupportedOpError(f"%{cx.node.name}: unfold of a symbolic dim has no GE lowering")
-    n = (length - size) // step + 1
-    index = torch.arange(n).unsqueeze(1) * step + torch.arange(size)
+    if isinstance(size, int) and isinstance(step, int) and length < 0:
+        i64 = torch.int64
+        span = cx.emit1("Sub", [("x1", cx.dim(x, d)), ("x2", cx.const(size, i64))], None, (i64, ()))
+        n_ref = cx.emit1("Add", [("x1", cx.emit1("FloorDiv", [("x1", span),
+                                                              ("x2", cx.const(step, i64))],
+                                                 None, (i64, ()))),
+                                 ("x2", cx.const(1, i64))], None, (i64, ()))
+        starts = cx.emit1("Range", [("start", cx.const(0, i64)), ("limit", n_ref),
+                                    ("delta", cx.const(1, i64))], desc=(i64, (-1,)))
+        if step != 1:
+            starts = cx.emit1("Mul", [("x1", starts), ("x2", cx.const(step, i64))], None,
+                              (i64, (-1,)))
+        starts = cx.reshape(starts, [cx.dim(starts, 0), 1], (-1, 1))
+        index = cx.emit1("Add", [("x1", starts), ("x2", cx.const([list(range(size))], i64))],
+                         None, (i64, (-1, size)))
+        n = -1
+    elif length < 0:
+        raise UnsupportedOpError(f"%{cx.node.name}: unfold of a symbolic dim with a symbolic "
+                                 "window size or step has no GE lowering")
+    else:
+        n = (length - size) // step + 1
+        index = cx.const(torch.arange(n).unsqueeze(1) * step + torch.arange(size))
     gathered_shape = tuple(x.shape[:d]) + (n, size) + tuple(x.shape[d + 1:])
-    g = cx.emit1("GatherV2", [("x", x), ("indices", cx.const(index)),
+    g = cx.emit1("GatherV2", [("x", x), ("indices", index),
                               ("axis", cx.const(d, torch.int64))], None, (x.dtype, gathered_shape))
     perm = [i for i in range(rank + 1) if i != d + 1] + [d + 1]
     return cx.emit1("Transpose", [("x", g), ("perm", cx.const(perm, torch.int64))])
