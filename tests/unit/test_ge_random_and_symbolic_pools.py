@@ -193,3 +193,21 @@ def test_embedding_bag_byte_unpack_with_symbolic_rows_and_width(monkeypatch):
         packed = torch.cat([data, scale_bias], dim=-1)
         assert_same(fn(packed), c(packed), rtol=1.3e-6, atol=1e-5)
     assert "Bitcast" in types
+
+
+@pytest.mark.parametrize("kernel, out, shape", [((3, 3), (2, 2), (1, 4, 16, 16)),
+                                                ((6, 5), (3, 3), (2, 4, 36, 36)),
+                                                ((1, 1), (16, 16), (2, 4, 16, 16)),
+                                                ((2, 3), (5, 1), (3, 2, 11, 9))])
+def test_fractional_max_pool2d_from_given_samples(kernel, out, shape, monkeypatch):
+    """Values and indices exactly eager's (window starts from the samples in x's dtype, the
+    first strictly greater cell of each window)."""
+    types = record_ge_types(monkeypatch)
+
+    def fn(x, samples):
+        return aten.fractional_max_pool2d(x, kernel, out, samples)
+
+    x = _r(*shape, seed=7)
+    samples = torch.rand(shape[0], shape[1], 2, generator=torch.Generator().manual_seed(8))
+    assert_same(fn(x, samples), compiled(fn)(x, samples), rtol=0, atol=0)
+    assert "GatherElements" in types

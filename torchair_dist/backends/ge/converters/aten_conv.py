@@ -298,3 +298,83 @@ def _avg_pool2d(cx, x, kernel_size, stride=(), padding=0, ceil_mode=False,
     if unbatched:
         y = cx.reshape(y, list(shape), shape)
     return cx.cast(y, dtype)
+
+
+@register([aten.fractional_max_pool2d.default],
+          ["GatherV2", "Cast", "Mul", "Add", "Sub", "RealDiv", "ConcatV2", "Reshape",
+           "GatherElements", "Greater", "IsNan", "LogicalOr", "SelectV2", "Const", "Pack",
+           "Shape"])
+def _fractional_max_pool2d(cx, x, kernel_size, output_size, random_samples):
+    """Fractional max pooling from given samples ([N, C, 2]: torch's w, h draws), as torch
+    computes it: per plane and dim, window starts ``int((i + u) * a) - int(u * a)`` for
+    i < out - 1 (a = (in - k) / (out - 1) in x's dtype) and ``in - k`` last; then the window
+    maximum taken over its k_h * k_w cells in torch's order (a later cell wins when strictly
+    greater, or NaN), with the flat index ``h * W + w`` of the chosen cell. Input sizes may be
+    symbolic; the window and output sizes are static."""
+    if len(x.shape) != 4 or not all(isinstance(v, int) for v in [*kernel_size, *output_size]):
+        raise UnsupportedOpError(f"%{cx.node.name}: fractional_max_pool2d of a "
+                                 f"{len(x.shape)}-D input or with symbolic window/output "
+                                 "sizes: lowered for 4-D inputs and static sizes")
+    cx.require_float(x, "Greater")
+    vdt, idt = cx.out(0)[0], cx.out(1)[0]
+    dt, i64 = x.dtype, torch.int64
+    kh, kw = spatial_list(kernel_size, 2)
+    oh, ow = spatial_list(output_size, 2)
+    n, c = x.shape[0], x.shape[1]
+
+    def sample(j):  # random_samples[:, :, j:j + 1]
+        return cx.emit1("GatherV2", [("x", random_samples), ("indices", cx.const([j], i64)),
+                                     ("axis", cx.const(2, i64))], None,
+                        (random_samples.dtype, (n, c, 1)))
+
+    def starts(axis, k, out, j):
+        last = cx.emit1("Sub", [("x1", cx.tensor(cx.dim(x, axis), i64)),
+                                ("x2", cx.const(k, i64))], None, (i64, ()))
+        zero = cx.emit1("Mul", [("x1", cx.cast(sample(0), i64)), ("x2", cx.const(0, i64))],
+                        None, (i64, (n, c, 1)))
+        last = cx.emit1("Add", [("x1", zero), ("x2", last)], None, (i64, (n, c, 1)))
+        if out == 1:
+            return last
+        u = cx.cast(sample(j), dt)
+        alpha = cx.emit1("RealDiv", [("x1", cx.cast(last, dt)),
+                                     ("x2", cx.const(float(out - 1), dt))], None, (dt, (n, c, 1)))
+        i = cx.const(torch.arange(out - 1, dtype=dt).reshape(1, 1, -1))
+        t1 = cx.emit1("Mul", [("x1", cx.emit1("Add", [("x1", i), ("x2", u)], None,
+                                              (dt, (n, c, out - 1)))),
+                              ("x2", alpha)], None, (dt, (n, c, out - 1)))
+        t0 = cx.emit1("Mul", [("x1", u), ("x2", alpha)], None, (dt, (n, c, 1)))
+        head = cx.emit1("Sub", [("x1", cx.cast(t1, i64)), ("x2", cx.cast(t0, i64))], None,
+                        (i64, (n, c, out - 1)))
+        return cx.emit1("ConcatV2", [("x", [head, last]), ("concat_dim", cx.const(2, torch.int32))],
+                        {"N": 2}, (i64, (n, c, out)))
+
+    hs, ws = starts(2, kh, oh, 1), starts(3, kw, ow, 0)
+    width = cx.tensor(cx.dim(x, 3), i64)
+    plane = cx.reshape(x, [cx.dim(x, 0), cx.dim(x, 1), -1], (n, c, -1))
+    best = index = None
+    for dy in range(kh):
+        rows = cx.emit1("Add", [("x1", hs), ("x2", cx.const(dy, i64))], None, (i64, (n, c, oh)))
+        rows = cx.emit1("Mul", [("x1", rows), ("x2", width)], None, (i64, (n, c, oh)))
+        rows = cx.reshape(rows, [cx.dim(x, 0), cx.dim(x, 1), oh, 1], (n, c, oh, 1))
+        for dx in range(kw):
+            cols = cx.emit1("Add", [("x1", ws), ("x2", cx.const(dx, i64))], None, (i64, (n, c, ow)))
+            cols = cx.reshape(cols, [cx.dim(x, 0), cx.dim(x, 1), 1, ow], (n, c, 1, ow))
+            flat = cx.emit1("Add", [("x1", rows), ("x2", cols)], None, (i64, (n, c, oh, ow)))
+            flat2 = cx.reshape(flat, [cx.dim(x, 0), cx.dim(x, 1), oh * ow], (n, c, oh * ow))
+            v = cx.emit1("GatherElements", [("x", plane), ("index", flat2)], {"dim": 2},
+                         (dt, (n, c, oh * ow)))
+            v = cx.reshape(v, [cx.dim(x, 0), cx.dim(x, 1), oh, ow], (n, c, oh, ow))
+            if best is None:
+                best, index = v, flat
+                continue
+            take = cx.emit1("LogicalOr", [("x1", cx.emit1("Greater", [("x1", v), ("x2", best)], None,
+                                                          (torch.bool, (n, c, oh, ow)))),
+                                          ("x2", cx.emit1("IsNan", [("x", v)], None,
+                                                          (torch.bool, (n, c, oh, ow))))],
+                            None, (torch.bool, (n, c, oh, ow)))
+            best = cx.emit1("SelectV2", [("condition", take), ("then", v), ("else", best)], None,
+                            (dt, (n, c, oh, ow)), port="result")
+            index = cx.emit1("SelectV2", [("condition", take), ("then", flat), ("else", index)],
+                             None, (i64, (n, c, oh, ow)), port="result")
+    return [cx.cast(best, vdt), cx.cast(index, idt)]
+
