@@ -211,3 +211,14 @@ def test_fractional_max_pool2d_from_given_samples(kernel, out, shape, monkeypatc
     samples = torch.rand(shape[0], shape[1], 2, generator=torch.Generator().manual_seed(8))
     assert_same(fn(x, samples), compiled(fn)(x, samples), rtol=0, atol=0)
     assert "GatherElements" in types
+
+
+def test_transposed_conv1d_on_symbolic_sizes_fixes_them_by_guards():
+    def fn(x, w, b):
+        return aten.convolution(x, w, b, [4], [0], [1], True, [0], 1)
+
+    c = compiled(fn)
+    w, b = _r(32, 16, 8, seed=9), _r(16, seed=10)
+    for shape in ((2, 32, 90), (3, 32, 50)):  # the second size recompiles
+        x = _r(*shape, seed=11)
+        assert_same(fn(x, w, b), c(x, w, b), rtol=1e-4, atol=1e-4)

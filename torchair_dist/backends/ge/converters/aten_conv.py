@@ -55,6 +55,13 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
     groups = cx.static_int(groups, fx[8] if len(fx) > 8 else None, "groups")
     weight = cx.cast(weight, x.dtype)
     out = tuple(shape)
+    if rank == 3 and transposed and x.dtype != torch.float16 and any(
+            d < 0 for d in tuple(x.shape) + tuple(weight.shape) + out):
+        # the transposed lowering unrolls over static sizes: fixed by guards here, before
+        # the 1-D operands become 2-D (another size recompiles)
+        x = cx.static_shape(x, fx[0], "input")
+        weight = cx.static_shape(weight, fx[1], "weight")
+        shape = out = tuple(cx.static_int(d, v, "output size") for d, v in zip(shape, cx.val.shape))
     if rank == 3:
         x, weight = _as_2d(cx, x, x.shape), _as_2d(cx, weight, weight.shape)
         stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
@@ -64,9 +71,6 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
     if (transposed or spatial == 3) and x.dtype != torch.float16 and any(
             d < 0 for d in tuple(x.shape) + tuple(weight.shape) + out):
         # these lowerings unroll over static sizes: symbolic ones are fixed by guards
-        if rank == 3:
-            raise UnsupportedOpError(f"%{cx.node.name}: a transposed 1-D convolution with "
-                                     "symbolic sizes: not lowered; mark the sizes static")
         x = cx.static_shape(x, fx[0], "input")
         weight = cx.static_shape(weight, fx[1], "weight")
         out = shape = tuple(cx.static_int(d, v, "output size")
