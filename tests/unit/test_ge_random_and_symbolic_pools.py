@@ -222,3 +222,20 @@ def test_transposed_conv1d_on_symbolic_sizes_fixes_them_by_guards():
     for shape in ((2, 32, 90), (3, 32, 50)):  # the second size recompiles
         x = _r(*shape, seed=11)
         assert_same(fn(x, w, b), c(x, w, b), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("args", [([1, 1, 1], [0, 0, 0], [1, 1, 1], 1, [True, True, True]),
+                                  ([2, 1, 2], [1, 0, 1], [1, 2, 1], 2, [True, True, False])])
+def test_convolution_backward_3d(args, monkeypatch):
+    types = record_ge_types(monkeypatch)
+    stride, padding, dilation, groups, mask = args
+    x, w = _r(2, 4, 7, 6, 5, seed=12), _r(4, 4 // groups, 3, 2, 3, seed=13)
+    g = _r(*aten.convolution(x, w, None, stride, padding, dilation, False, [0], groups).shape,
+           seed=14)
+
+    def fn(g, x, w):
+        return aten.convolution_backward(g, x, w, [4], stride, padding, dilation, False,
+                                         [0, 0, 0], groups, mask)
+
+    assert_same(fn(g, x, w), compiled(fn)(g, x, w), rtol=1e-4, atol=1e-4)
+    assert "Conv3DBackpropInput" in types
