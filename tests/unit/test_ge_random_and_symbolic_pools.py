@@ -239,3 +239,14 @@ def test_convolution_backward_3d(args, monkeypatch):
 
     assert_same(fn(g, x, w), compiled(fn)(g, x, w), rtol=1e-4, atol=1e-4)
     assert "Conv3DBackpropInput" in types
+
+
+@pytest.mark.parametrize("pool, shape", [(torch.nn.AdaptiveAvgPool1d(0), (1, 2)),
+                                         (torch.nn.AdaptiveAvgPool2d(0), (1, 2, 3)),
+                                         (torch.nn.AdaptiveAvgPool2d((0, 2)), (2, 3, 4, 5)),
+                                         (torch.nn.AdaptiveAvgPool2d((2, 3)), (2, 5, 7, 9))])
+def test_adaptive_avg_pool_with_an_empty_output(pool, shape):
+    x = _r(*shape, seed=15)
+    out = compiled(pool)(x)
+    assert out.shape == pool(x).shape
+    assert_same(pool(x), out)

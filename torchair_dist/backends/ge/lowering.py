@@ -46,8 +46,21 @@ def decomposition_table() -> Dict[Any, Callable]:
 
         table = dict(everything)
         table.update(core_aten_decompositions())
+        pool = table.get(aten._adaptive_avg_pool2d.default)
+        if pool is not None:
+            table[aten._adaptive_avg_pool2d.default] = _empty_aware(pool)
         _TABLE = table
     return _TABLE
+
+
+def _empty_aware(decomposition: Callable) -> Callable:
+    """``decomposition``, except that an output size of 0 (an empty result, where torch's
+    windows would divide by zero) is the empty tensor of the output's shape."""
+    def decompose(x, output_size):
+        if any(isinstance(s, int) and s == 0 for s in output_size):
+            return x.new_zeros((*x.shape[:-2], *output_size))
+        return decomposition(x, output_size)
+    return decompose
 
 
 def _unconverted(target: Any) -> bool:
