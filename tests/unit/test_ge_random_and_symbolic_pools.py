@@ -250,3 +250,21 @@ def test_adaptive_avg_pool_with_an_empty_output(pool, shape):
     out = compiled(pool)(x)
     assert out.shape == pool(x).shape
     assert_same(pool(x), out)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put_of_a_mask_among_other_indices(accumulate, monkeypatch):
+    types = record_ge_types(monkeypatch)
+
+    def fn(a, b, c, d):
+        a = a.clone()
+        aten.index_put_(a, [None, b, c], d, accumulate)
+        return a
+
+    c = compiled(fn)
+    for shape, b, m, v in (((1, 2, 3), [0, 1], [True, True, False], ()),
+                           ((2, 3, 4), [2, 0], [False, True, False, True], (2,))):
+        args = (_r(*shape, seed=16), torch.tensor(b), torch.tensor(m), _r(*v, seed=17) if v
+                else torch.tensor(0.5))
+        assert_same(fn(*args), c(*args))
+    assert "NonZero" in types and "IndexPutV2" in types
