@@ -268,3 +268,29 @@ def test_index_put_of_a_mask_among_other_indices(accumulate, monkeypatch):
                 else torch.tensor(0.5))
         assert_same(fn(*args), c(*args))
     assert "NonZero" in types and "IndexPutV2" in types
+
+
+@pytest.mark.parametrize("x_shape, size, fmt", [((2,), (1, 3, 2, 3), torch.contiguous_format),
+                                                ((100,), (1, 3, 2, 3), torch.channels_last),
+                                                ((1, 3, 2, 3, 1), (1, 3, 2, 3, 1),
+                                                 torch.channels_last_3d),
+                                                ("strided", (1, 3, 2, 3), torch.channels_last),
+                                                ((2, 0, 1), (2, 2), torch.contiguous_format)])
+def test_resize_reads_the_storage_in_the_output_layout(x_shape, size, fmt):
+    """Functional resize: the storage holds x's elements in x's storage order, then new
+    memory (NaN, as PyTorch's deterministic mode fills it); compared in storage order and
+    strides, as eager lays the result out."""
+    from torch.testing._internal.common_utils import DeterministicGuard
+
+    x = _r(100, seed=18)[::2].reshape(25, 2).transpose(0, 1) if x_shape == "strided" \
+        else _r(*x_shape, seed=18)
+
+    def fn(x, size):
+        return aten.resize(x, size, memory_format=fmt)
+
+    with DeterministicGuard(True, fill_uninitialized_memory=True):
+        expected, actual = fn(x.clone(), size), compiled(fn)(x.clone(), size)
+    n = expected.numel()
+    assert expected.stride() == actual.stride()
+    torch.testing.assert_close(actual.as_strided((n,), (1,)), expected.as_strided((n,), (1,)),
+                               rtol=0, atol=0, equal_nan=True)
