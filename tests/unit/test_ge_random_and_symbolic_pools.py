@@ -294,3 +294,12 @@ def test_resize_reads_the_storage_in_the_output_layout(x_shape, size, fmt):
     assert expected.stride() == actual.stride()
     torch.testing.assert_close(actual.as_strided((n,), (1,)), expected.as_strided((n,), (1,)),
                                rtol=0, atol=0, equal_nan=True)
+
+
+def test_custom_op_refusal_names_it_and_what_to_do():
+    lib = torch.library.Library("issue44_test", "FRAGMENT")  # noqa: TOR901
+    lib.define("triple(Tensor x) -> Tensor")
+    lib.impl("triple", lambda x: 3 * x, "CPU")
+    lib.impl("triple", lambda x: torch.empty_like(x), "Meta")
+    with pytest.raises(Exception, match="a custom op \\(namespace 'issue44_test'\\).*npugraph_ex"):
+        compiled(lambda x: torch.ops.issue44_test.triple(x).cos())(torch.ones(3))

@@ -250,9 +250,23 @@ REFUSALS = [
 ]
 
 
+_TORCH_NAMESPACES = ("aten", "prims", "quantized", "_c10d_functional", "c10d_functional",
+                     "torchair_dist", "torchair_dist_streams")
+
+
 def refusal_reason(target: Any) -> str:
     """Why ``target`` (no converter, no decomposition) is refused, for the error message."""
-    name = str(getattr(target, "_name", None) or target).split("::")[-1].split(".")[0]
+    qualified = str(getattr(target, "_name", None) or target)
+    if "auto_functionalized" in qualified:
+        return ("a custom op that mutates its inputs (auto_functionalized): GE graphs run no "
+                "Python or eager kernels; register a GE converter for it, or use "
+                "mode='npugraph_ex'")
+    namespace = qualified.split("::")[0] if "::" in qualified else None
+    if isinstance(target, torch._ops.OpOverload) and namespace not in _TORCH_NAMESPACES:
+        return (f"a custom op (namespace {namespace!r}) whose kernels are eager code: GE graphs "
+                "run no Python or eager kernels; register a GE converter for it, or use "
+                "mode='npugraph_ex'")
+    name = qualified.split("::")[-1].split(".")[0]
     for keys, reason in REFUSALS:
         if any(name == k or name.startswith(k) for k in keys):
             return reason
