@@ -259,13 +259,13 @@ def refusal_reason(target: Any) -> str:
     qualified = str(getattr(target, "_name", None) or target)
     if "auto_functionalized" in qualified:
         return ("a custom op that mutates its inputs (auto_functionalized): GE graphs run no "
-                "Python or eager kernels; register a GE converter for it, or use "
-                "mode='npugraph_ex'")
+                "Python or eager kernels; give the op a GE converter "
+                "(torchair_dist.register_fx_node_ge_converter), or use mode='npugraph_ex'")
     namespace = qualified.split("::")[0] if "::" in qualified else None
     if isinstance(target, torch._ops.OpOverload) and namespace not in _TORCH_NAMESPACES:
         return (f"a custom op (namespace {namespace!r}) whose kernels are eager code: GE graphs "
-                "run no Python or eager kernels; register a GE converter for it, or use "
-                "mode='npugraph_ex'")
+                "run no Python or eager kernels; give it a GE converter "
+                "(torchair_dist.register_fx_node_ge_converter), or use mode='npugraph_ex'")
     name = qualified.split("::")[-1].split(".")[0]
     for keys, reason in REFUSALS:
         if any(name == k or name.startswith(k) for k in keys):
