@@ -303,3 +303,23 @@ def test_custom_op_refusal_names_it_and_what_to_do():
     lib.impl("triple", lambda x: torch.empty_like(x), "Meta")
     with pytest.raises(Exception, match="a custom op \\(namespace 'issue44_test'\\).*npugraph_ex"):
         compiled(lambda x: torch.ops.issue44_test.triple(x).cos())(torch.ones(3))
+
+
+def test_convolution_with_a_dilation_from_a_dynamic_size_adds_no_guard(monkeypatch):
+    """conv2d(x, w, dilation=x.size(0)) with dim 0 marked dynamic: the kernel is dilated at
+    run time (no guard fixes the size, which mark_dynamic would reject)."""
+    types = record_ge_types(monkeypatch)
+
+    def fn(x, w):
+        return F.conv2d(x, w, dilation=[x.size(0)]).sum(), F.conv1d(x[:, :, 0], w[:, :, 0], dilation=x.size(0))
+
+    from torchair_dist import CompilerConfig, get_npu_backend
+
+    torch._dynamo.reset()
+    c = torch.compile(fn, backend=get_npu_backend(compiler_config=CompilerConfig()), fullgraph=True)
+    w = _r(1, 1, 5, 5, seed=19)
+    for batch in (2, 3):
+        x = _r(batch, 1, 16, 20, seed=batch)
+        torch._dynamo.mark_dynamic(x, 0)
+        assert_same(fn(x, w), c(x, w), rtol=1e-4, atol=1e-4)
+    assert "PadV3" in types and "Conv2D" in types

@@ -35,9 +35,41 @@ def _as_2d(cx, t, shape):
     return cx.reshape(t, dims, new)
 
 
+def _dilate_kernel(cx, w, axis: int, d):
+    """``w`` with ``d - 1`` zeros between its taps along ``axis`` (a convolution with it and
+    dilation 1 is the one with dilation ``d``): each tap gets a trailing axis padded to length
+    d, the two axes merged, and the trailing zeros after the last tap cut; ``d`` may be a
+    run-time (symbolic) size."""
+    i64 = torch.int64
+    rank = len(w.shape)
+    d = cx.tensor(d, i64)
+    grown = tuple(w.shape[:axis + 1]) + (1,) + tuple(w.shape[axis + 1:])
+    u = cx.emit1("Unsqueeze", [("x", w)], {"axes": [axis + 1]}, (w.dtype, grown))
+    less = cx.emit1("Sub", [("x1", d), ("x2", cx.const(1, i64))], None, (i64, ()))
+    pads = [v for i in range(rank + 1) for v in ((0, less) if i == axis + 1 else (0, 0))]
+    padded = cx.emit1("PadV3", [("x", u), ("paddings", cx.int_list(pads)),
+                                ("constant_values", cx.const(0, w.dtype))],
+                      {"mode": "constant", "paddings_contiguous": True},
+                      (w.dtype, grown[:axis + 1] + (-1,) + grown[axis + 2:]))
+    span = cx.emit1("Mul", [("x1", cx.tensor(cx.dim(w, axis), i64)), ("x2", d)], None, (i64, ()))
+    dims = [cx.dim(w, i) for i in range(rank)]
+    dims[axis] = span
+    desc = tuple(-1 if i == axis else s for i, s in enumerate(w.shape))
+    merged = cx.reshape(padded, dims, desc)
+    keep = cx.emit1("Add", [("x1", cx.emit1("Sub", [("x1", span), ("x2", d)], None, (i64, ()))),
+                            ("x2", cx.const(1, i64))], None, (i64, ()))
+    others = sum(1 << i for i in range(rank) if i != axis)
+    return cx.emit1("StridedSlice", [("x", merged), ("begin", cx.const([0] * rank, i64)),
+                                     ("end", cx.int_list([keep if i == axis else 0
+                                                          for i in range(rank)])),
+                                     ("strides", cx.const([1] * rank, i64))],
+                    {"begin_mask": others, "end_mask": others}, (w.dtype, desc))
+
+
 @register([aten.convolution.default], ["Conv2D", "Conv3D", "Conv2DTranspose", "Conv3DTranspose",
                                        "Reshape", "Add", "Cast", "Const", "Pack", "PadV3",
-                                       "StridedSlice", "Transpose", "ReverseV2", "GatherV2"])
+                                       "StridedSlice", "Transpose", "ReverseV2", "GatherV2",
+                                       "Unsqueeze", "Sub", "Mul", "Shape"])
 def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, output_padding,
                  groups):
     cx.require_float(x, "Conv2D")
@@ -47,6 +79,14 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
                                  "lowering (1-D, 2-D and 3-D do)")
     dtype, shape = cx.out()
     n = rank - 2  # torch broadcasts a one-element stride/padding/dilation to every dim
+    dil = list(dilation) if isinstance(dilation, (list, tuple)) else [dilation]
+    if not transposed and rank in (3, 4) and any(not isinstance(v, int) for v in dil):
+        # a symbolic dilation (GE takes it as an attribute): the kernel dilated at run time
+        # instead, so no guard fixes the size it comes from
+        for axis, v in zip(range(2, rank), dil * n if len(dil) == 1 else dil):
+            if not (isinstance(v, int) and v == 1):
+                weight = _dilate_kernel(cx, cx.cast(weight, x.dtype), axis, v)
+        dilation = [1] * n
     fx = cx.node.args  # GE takes these as attributes: symbolic ones are fixed by a guard
     stride, padding, dilation, output_padding = (
         spatial_list(cx.static_ints(v, fx[i] if len(fx) > i else None, name), n)
