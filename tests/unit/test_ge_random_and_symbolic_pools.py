@@ -323,3 +323,18 @@ def test_convolution_with_a_dilation_from_a_dynamic_size_adds_no_guard(monkeypat
         torch._dynamo.mark_dynamic(x, 0)
         assert_same(fn(x, w), c(x, w), rtol=1e-4, atol=1e-4)
     assert "PadV3" in types and "Conv2D" in types
+
+
+def test_bernoulli_p_draws_with_probability_p():
+    y = compiled(lambda x: torch.bernoulli(x, 0.25))(torch.empty(4000))
+    assert y.dtype == torch.float32 and set(y.unique().tolist()) <= {0.0, 1.0}
+    assert 800 < y.sum().item() < 1200
+
+
+def test_export_of_a_graph_with_random_ops_is_refused_by_name(tmp_path):
+    from test_ge_common import aot_compile
+
+    cfg = stand_in_config(export__export_mode=True, export__export_path_dir=str(tmp_path),
+                          export__export_name="rnd")
+    with pytest.raises(Exception, match="export of a graph with random ops"):
+        aot_compile(lambda x: x + torch.rand_like(x), cfg)(torch.ones(3))

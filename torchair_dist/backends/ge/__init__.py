@@ -137,6 +137,14 @@ def export_step(build: GeBuild) -> GeBuild:
     """``ge_export``: the first call writes this rank's export, then runs as usual."""
     if build.runner is None:
         raise RuntimeError(f"{build.ctx.graph_name}: ge_export runs before ge_run in the row")
+    if _converted(build).rng_key:
+        from ...errors import UnsupportedOpError
+
+        raise UnsupportedOpError(
+            f"{build.ctx.graph_name}: export of a graph with random ops is not supported: their "
+            "key is an extra input (rng_key, uint64 [1]) drawn before every run, which the "
+            "exported graph's caller would have to feed; draw the random tensors outside the "
+            "compiled region and pass them in")
     return dataclasses.replace(build, runner=_exporting(build.runner, _converted(build),
                                                          build.ctx))
 

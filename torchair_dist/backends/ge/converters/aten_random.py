@@ -149,3 +149,14 @@ def _prims_normal(cx, shape, *, mean, std, dtype, device, requires_grad, generat
     if mean != 0:
         y = cx.emit1("Add", [("x1", y), ("x2", cx.tensor(mean, dtype))], None, cx.out())
     return y
+
+
+@register([aten.bernoulli.p], ["StatelessRandomUniformV2", "Less", "Cast", *_EMITS])
+def _bernoulli_p(cx, x, p=0.5, *, generator=None):
+    """bernoulli(x, p): 1 where a uniform draw is below p (the dtype of x)."""
+    _no_generator(cx, generator)
+    dtype, shape = cx.out()
+    u = _draw(cx, "StatelessRandomUniformV2", _size_of(cx, x), torch.float32)
+    hit = cx.emit1("Less", [("x1", u), ("x2", cx.const(float(p), torch.float32))], None,
+                   (torch.bool, tuple(shape)))
+    return cx.cast(hit, dtype)
