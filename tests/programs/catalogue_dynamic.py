@@ -157,3 +157,49 @@ def avg_pool_backward_on_dynamic_sizes(x):
     z = F.avg_pool1d(x.flatten(2), 4, stride=3)
     (gx,) = torch.autograd.grad(y.pow(2).sum() + z.sum(), (x,))
     return y.detach(), gx
+
+
+# -- issue 44's last refusals, lowered: pooling/conv gradients in 3-D, fractional pooling,
+#    windows and resizes of symbolic sizes, masks among indices, byte-packed rows,
+#    recurrence polynomials of a size-derived degree --------------------------------------
+@program(lambda n: [_leaf(randn(2, 3, 6 + n, 5, 7, n=n)), _leaf(randn(4, 3, 3, 2, 3, n=n + 1))],
+         dynamic_sizes=True)
+def conv3d_and_avg_pool3d_backward_on_dynamic_sizes(x, w):
+    y = F.conv3d(x, w, padding=1)  # its gradients do not read y: no forward rounding in them
+    z = F.avg_pool3d(x, 2, stride=2)
+    gx, gw = torch.autograd.grad((y * 0.5).sum() + (z * 3).sum(), (x, w))
+    return gx, gw
+
+
+@program(lambda n: [randn(2, 3, 12 + 2 * n, 11 + n, n=n),
+                    torch.rand(2, 3, 2, generator=torch.Generator().manual_seed(n))],
+         dynamic_sizes=True)
+def fractional_max_pool_from_samples(x, samples):
+    return torch.ops.aten.fractional_max_pool2d(x, (3, 2), (4, 5), samples)
+
+
+@program(lambda n: [randn(3, 7 + n, 2, n=n)], dynamic_sizes=True)
+def unfold_and_resize_of_dynamic_dims(x):
+    w = x.unfold(1, 3, 2)
+    return w * 2, torch.ops.aten.resize(x.transpose(0, 1) * 1, (x.size(1), 6))
+
+
+@program(lambda n: [randn(4, 5 + n, 3, n=n), torch.tensor([0, 2]),
+                    torch.tensor([True, False, True])], dynamic_sizes=True)
+def index_put_mask_among_indices(x, i, mask):
+    y = x.clone()
+    y[i, :, mask] = -1.0
+    return y
+
+
+@program(lambda n: [torch.cat([randint(0, 255, (6 + n, 16), n=n).to(torch.uint8),
+                               randn(6 + n, 2, n=n).view(torch.uint8)], dim=1)],
+         dynamic_sizes=True)
+def byte_packed_rows_unpacked(packed):
+    return torch.ops.quantized.embedding_bag_byte_unpack(packed) * 2
+
+
+@program(lambda n: [randn(3 + n, 4, n=n)], dynamic_sizes=True)
+def hermite_of_size_degree(x):
+    return (torch.special.hermite_polynomial_h(x, x.size(0)),
+            torch.special.legendre_polynomial_p(x.tanh(), x.size(0) - 1))

@@ -123,8 +123,9 @@ def test_as_strided_input_with_gaps_is_refused():
         compile_ge(lambda x: torch.as_strided(x, (2, 2), (6, 1), 2))(torch.arange(24.).reshape(4, 6)[:, 1:])
 
 
-@pytest.mark.parametrize("fn", [lambda x: torch.rand(3) + x, lambda x: torch.randn(3) + x,
-                                lambda x: F.dropout(x, 0.5, True), lambda x: torch.bernoulli(x)])
-def test_random_ops_refused_with_advice(fn):
-    with pytest.raises(Exception, match="random op: GE's generators"):
+@pytest.mark.parametrize("fn", [lambda x: torch.randperm(3) + x,
+                                lambda x: torch.multinomial(x, 2).to(x.dtype)])
+def test_random_ops_without_converter_refused_with_advice(fn):
+    """rand/randn/randint (and dropout, bernoulli) lower: test_ge_random_and_symbolic_pools."""
+    with pytest.raises(Exception, match="a random op with no converter"):
         compile_ge(fn)(torch.full((3,), 0.5))

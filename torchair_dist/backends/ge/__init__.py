@@ -138,6 +138,14 @@ def export_step(build: GeBuild) -> GeBuild:
     """``ge_export``: the first call writes this rank's export, then runs as usual."""
     if build.runner is None:
         raise RuntimeError(f"{build.ctx.graph_name}: ge_export runs before ge_run in the row")
+    if _converted(build).rng_key:
+        from ...errors import UnsupportedOpError
+
+        raise UnsupportedOpError(
+            f"{build.ctx.graph_name}: export of a graph with random ops is not supported: their "
+            "key is an extra input (rng_key, uint64 [1]) drawn before every run, which the "
+            "exported graph's caller would have to feed; draw the random tensors outside the "
+            "compiled region and pass them in")
     return dataclasses.replace(build, runner=_exporting(build.runner, _converted(build),
                                                          build.ctx))
 
@@ -227,7 +235,8 @@ def _make_runner(converted: ConvertedGraph, runtime: Any):
         fed = None
     outputs = converted.outputs
     mutations = converted.mutations
-    plain = not sym_positions and not mutations and fed is None and all(
+    rng_key = converted.rng_key
+    plain = not sym_positions and not mutations and fed is None and not rng_key and all(
         k == "ge" for k, _ in outputs)
     run = runtime.run
     if converted.call_errors:  # eager refuses these inputs: so does every call
@@ -246,7 +255,10 @@ def _make_runner(converted: ConvertedGraph, runtime: Any):
         feed = list(args)
         for i in sym_positions:
             feed[i] = torch.tensor(int(feed[i]), dtype=torch.int64)
-        outs = run(feed if fed is None else [feed[i] for i in fed])
+        feed = feed if fed is None else [feed[i] for i in fed]
+        if rng_key:  # drawn from torch's generator: manual_seed repeats a run's numbers
+            feed.append(random_key())
+        outs = run(feed)
         for index, pos in mutations:
             args[index].copy_(outs[pos])
         result = []
@@ -261,6 +273,12 @@ def _make_runner(converted: ConvertedGraph, runtime: Any):
                 result.append(value)
         return result
     return boxed(runner)
+
+
+def random_key() -> torch.Tensor:
+    """A uint64 [1] key for a graph's stateless random ops, drawn from torch's default
+    generator (it advances that generator as an eager random op does)."""
+    return torch.randint(0, 2**63 - 1, (1,), dtype=torch.int64).to(torch.uint64)
 
 
 class GeBackend(Backend):

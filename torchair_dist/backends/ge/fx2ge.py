@@ -47,6 +47,9 @@ class ConvertedGraph:
     # (class, message) of what eager raises for these inputs (:mod:`.eager_checks`): the runner
     # raises the first on every call
     call_errors: List[Tuple[type, str]] = dataclasses.field(default_factory=list)
+    # whether the graph takes a random key (uint64 [1]) after the fed inputs: its random ops
+    # draw from it (:mod:`.converters.aten_random`); the runner draws it before every run
+    rng_key: bool = False
 
 
 def source_line(node: torch.fx.Node) -> str:
@@ -183,7 +186,7 @@ def _convert(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], graph_name
     b.net_output(refs, control=cx.keep_alive)
     fx_nodes = {n.name: n.format_node() for n in gm.graph.nodes}
     return ConvertedGraph(b.model(graph_name), inputs, mapped, mutations, gm.code, fx_nodes,
-                          op_nodes, _module_stacks(gm))
+                          op_nodes, _module_stacks(gm), rng_key=cx.rng_key is not None)
 
 
 def _scope_attrs(node: torch.fx.Node, ops) -> None:

@@ -46,8 +46,21 @@ def decomposition_table() -> Dict[Any, Callable]:
 
         table = dict(everything)
         table.update(core_aten_decompositions())
+        pool = table.get(aten._adaptive_avg_pool2d.default)
+        if pool is not None:
+            table[aten._adaptive_avg_pool2d.default] = _empty_aware(pool)
         _TABLE = table
     return _TABLE
+
+
+def _empty_aware(decomposition: Callable) -> Callable:
+    """``decomposition``, except that an output size of 0 (an empty result, where torch's
+    windows would divide by zero) is the empty tensor of the output's shape."""
+    def decompose(x, output_size):
+        if any(isinstance(s, int) and s == 0 for s in output_size):
+            return x.new_zeros((*x.shape[:-2], *output_size))
+        return decomposition(x, output_size)
+    return decompose
 
 
 def _unconverted(target: Any) -> bool:
@@ -227,20 +240,33 @@ REFUSALS = [
      "Airy; lgamma, digamma, polygamma, erfcx, i0/i1, Chebyshev polynomials are)"),
     (("avg_pool", "adaptive_", "max_pool", "fractional_max_pool", "max_unpool", "upsample"),
      "no converter yet for this pooling/resampling variant"),
-    (("rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "normal",
-      "bernoulli", "uniform", "native_dropout", "exponential", "multinomial", "randperm"),
-     "a random op: GE's generators (StatelessRandomUniformV2/NormalV2, DropOutGenMask, ...) draw "
-     "from their own stream, not torch's, so max-autotune refuses rather than give values "
-     "that differ from eager; generate the random tensor outside the compiled region and pass "
-     "it in, or use mode='npugraph_ex'"),
+    (("bernoulli", "normal", "uniform", "native_dropout", "exponential", "multinomial",
+      "randperm", "rand", "randn", "randint"),
+     "a random op with no converter (rand/randn/randint and their _like forms convert to GE's "
+     "stateless generators, and dropout/bernoulli(p) decompose into them); generate the random "
+     "tensor outside the compiled region and pass it in, or use mode='npugraph_ex'"),
     (("_scaled_mm", "hash_tensor", "copy_to"),
      "not meaningful in a GE graph (float8 scaled matmul / hashing / a copy into a view)"),
 ]
 
 
+_TORCH_NAMESPACES = ("aten", "prims", "quantized", "_c10d_functional", "c10d_functional",
+                     "torchair_dist", "torchair_dist_streams")
+
+
 def refusal_reason(target: Any) -> str:
     """Why ``target`` (no converter, no decomposition) is refused, for the error message."""
-    name = str(getattr(target, "_name", None) or target).split("::")[-1].split(".")[0]
+    qualified = str(getattr(target, "_name", None) or target)
+    if "auto_functionalized" in qualified:
+        return ("a custom op that mutates its inputs (auto_functionalized): GE graphs run no "
+                "Python or eager kernels; give the op a GE converter "
+                "(torchair_dist.register_fx_node_ge_converter), or use mode='npugraph_ex'")
+    namespace = qualified.split("::")[0] if "::" in qualified else None
+    if isinstance(target, torch._ops.OpOverload) and namespace not in _TORCH_NAMESPACES:
+        return (f"a custom op (namespace {namespace!r}) whose kernels are eager code: GE graphs "
+                "run no Python or eager kernels; give it a GE converter "
+                "(torchair_dist.register_fx_node_ge_converter), or use mode='npugraph_ex'")
+    name = qualified.split("::")[-1].split(".")[0]
     for keys, reason in REFUSALS:
         if any(name == k or name.startswith(k) for k in keys):
             return reason

@@ -34,3 +34,38 @@ def _unsorted_segment(spec: OpSpec):
         index = ids.reshape((-1,) + (1,) * (rows.dim() - 1)).expand(rows.shape)
         return out.scatter_reduce(0, index, rows, how, include_self=True)
     return run
+
+
+def _stateless_generator(key: torch.Tensor, counter: torch.Tensor) -> torch.Generator:
+    """A generator whose stream is a function of (key, counter) only, as GE's stateless
+    random ops are (the reference's stream is torch's, not GE's Philox bits)."""
+    words = [int(v) & (2**64 - 1) for v in torch.cat([key.reshape(-1), counter.reshape(-1)]).tolist()]
+    seed = 0
+    for w in words:
+        seed = (seed * 6364136223846793005 + w + 1442695040888963407) % 2**63
+    return torch.Generator().manual_seed(seed)
+
+
+@kernel("StatelessRandomUniformV2", "StatelessRandomNormalV2")
+def _stateless_random(spec: OpSpec):
+    dtype = spec.outputs[0][0]
+    draw = torch.rand if spec.type == "StatelessRandomUniformV2" else torch.randn
+
+    def run(shape, key, counter, alg):
+        return draw([int(v) for v in shape.reshape(-1).tolist()], dtype=dtype,
+                    generator=_stateless_generator(key, counter))
+    return run
+
+
+@kernel("StatelessRandomUniformIntV2")
+def _stateless_random_int(spec: OpSpec):
+    dtype = spec.outputs[0][0]
+
+    def run(shape, key, counter, alg, low, high):
+        low, high = int(low), int(high)
+        if high <= low:
+            raise GeRuntimeError(f"StatelessRandomUniformIntV2 {spec.name!r}: empty range "
+                                 f"[{low}, {high})")
+        return torch.randint(low, high, [int(v) for v in shape.reshape(-1).tolist()],
+                             dtype=dtype, generator=_stateless_generator(key, counter))
+    return run

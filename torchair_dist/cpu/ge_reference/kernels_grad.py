@@ -99,3 +99,52 @@ def _repeat_interleave(spec: OpSpec):
             return torch.repeat_interleave(x.reshape(-1), repeats.reshape(-1))
         return torch.repeat_interleave(x, repeats.reshape(-1), dim=axis)
     return run
+
+
+@kernel("AvgPool3DGrad")
+def _avg_pool3d_grad(spec: OpSpec):
+    if spec.attr("data_format", "NDHWC") != "NCDHW":
+        raise GeRuntimeError(f"AvgPool3DGrad {spec.name!r}: only NCDHW is implemented")
+    k, s = list(spec.attr("ksize"))[2:], list(spec.attr("strides"))[2:]
+    pads = list(spec.attr("pads"))
+    if pads[::2] != pads[1::2]:
+        raise GeRuntimeError(f"AvgPool3DGrad {spec.name!r}: asymmetric pads")
+    ceil, include = bool(spec.attr("ceil_mode", False)), bool(spec.attr("count_include_pad", True))
+    divisor = int(spec.attr("divisor_override", 0)) or None
+
+    def run(shape, grad):
+        x = torch.zeros(ints(shape), dtype=grad.dtype)
+        return aten.avg_pool3d_backward(grad, x, k, s, pads[::2], ceil, include, divisor)
+    return run
+
+
+def _ncdhw_geometry(spec: OpSpec):
+    if spec.attr("data_format", "NDHWC") != "NCDHW":
+        raise GeRuntimeError(f"{spec.type} {spec.name!r}: only NCDHW is implemented")
+    pads = list(spec.attr("pads", [0] * 6))
+    if pads[::2] != pads[1::2]:
+        raise GeRuntimeError(f"{spec.type} {spec.name!r}: asymmetric pads")
+    return (list(spec.attr("strides"))[2:], pads[::2],
+            list(spec.attr("dilations", [1] * 5))[2:], int(spec.attr("groups", 1)))
+
+
+@kernel("Conv3DBackpropInput")
+def _conv3d_input_grad(spec: OpSpec):
+    stride, pad, dilation, groups = _ncdhw_geometry(spec)
+
+    def run(input_size, w, grad):
+        x = grad.new_empty(ints(input_size))  # only its shape is read for the input grad
+        return aten.convolution_backward(grad, x, w, None, stride, pad, dilation, False,
+                                         [0, 0, 0], groups, [True, False, False])[0]
+    return run
+
+
+@kernel("Conv3DBackpropFilter")
+def _conv3d_filter_grad(spec: OpSpec):
+    stride, pad, dilation, groups = _ncdhw_geometry(spec)
+
+    def run(x, filter_size, grad):
+        w = grad.new_empty(ints(filter_size))  # only its shape is read for the filter grad
+        return aten.convolution_backward(grad, x, w, None, stride, pad, dilation, False,
+                                         [0, 0, 0], groups, [False, True, False])[1]
+    return run

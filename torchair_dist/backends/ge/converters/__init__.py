@@ -14,7 +14,8 @@ reductions, data-dependent lengths), ``aten_dynamic`` (segment reductions, embed
 ``aten_update`` (index_copy/index_put/scatter as ScatterNdUpdate, in place on a RefData input
 for KV caches), ``aten_linalg`` / ``aten_lu`` (linear algebra), ``aten_conv`` / ``aten_resample``
 (convolutions, pooling, resampling), ``aten_backward`` (conv/pool/resize gradients),
-``aten_attention`` (scaled dot-product attention),
+``aten_attention`` (scaled dot-product attention), ``aten_random`` (random ops as GE's
+stateless generators keyed per call from torch's generator),
 ``collectives`` (``_c10d_functional`` -> Hcom*), ``collectives_ext`` (the ``torchair_dist::`` ops:
 list all_gather, all_to_all_v, send, recv) and ``streams`` (the ``torchair_dist_streams::`` ops:
 stream attributes and control edges). Each registration names the GE op types it may emit.
@@ -23,6 +24,6 @@ from .registry import CONVERTERS, Converter, lookup, register, target_key  # noq
 from . import (aten_attention, aten_backward, aten_bitwise, aten_complex,  # noqa: F401,E402
                aten_conv, aten_copy, aten_core,
                aten_dynamic, aten_factories, aten_linalg, aten_lu, aten_math, aten_order,
-               aten_polynomials, aten_resample, aten_select, aten_shape, aten_special,
+               aten_polynomials, aten_random, aten_resample, aten_select, aten_shape, aten_special,
                aten_symbolic, aten_update)
 from . import collectives, collectives_ext, streams  # noqa: F401,E402

@@ -41,36 +41,40 @@ def _work(x):
 
 
 @register([aten.convolution_backward.default],
-          ["Conv2DBackpropInput", "Conv2DBackpropFilter", "ReduceSum", "Cast", "Const",
-           "Shape"])
+          ["Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv3DBackpropInput",
+           "Conv3DBackpropFilter", "ReduceSum", "Cast", "Const", "Shape"])
 def _convolution_backward(cx, grad, x, weight, bias_sizes, stride, padding, dilation, transposed,
                           output_padding, groups, output_mask):
-    """2-D: the input's and filter's gradients from their (run-time) shapes; stride, padding,
-    dilation and groups are attributes (symbolic ones fixed by a guard)."""
-    _nchw(cx, x, "input", symbolic=True)
+    """2-D (NCHW) and 3-D (NCDHW): the input's and filter's gradients from their (run-time)
+    shapes; stride, padding, dilation and groups are attributes (symbolic ones fixed by a
+    guard)."""
+    if len(x.shape) != 5:
+        _nchw(cx, x, "input", symbolic=True)
+    n = len(x.shape) - 2
+    kind, fmt = ("Conv3D", "NCDHW") if n == 3 else ("Conv2D", "NCHW")
     if transposed:
         raise UnsupportedOpError(f"%{cx.node.name}: convolution_backward of a transposed "
                                  "convolution has no GE lowering (forward ones do)")
-    stride, padding, dilation = (_attr_ints(cx, v, i, what) for v, i, what in (
+    stride, padding, dilation = (_attr_ints(cx, v, i, what, n) for v, i, what in (
         (stride, 4, "stride"), (padding, 5, "padding"), (dilation, 6, "dilation")))
     groups = cx.static_int(groups, cx.node.args[9] if len(cx.node.args) > 9 else None, "groups")
     attrs = {"strides": [1, 1, *stride], "pads": [q for q in padding for _ in (0, 1)],
-             "dilations": [1, 1, *dilation], "groups": groups, "data_format": "NCHW"}
+             "dilations": [1, 1, *dilation], "groups": groups, "data_format": fmt}
     work = _work(x)
     g, xw, w = cx.cast(grad, work), cx.cast(x, work), cx.cast(weight, work)
     outs = [None, None, None]
     if output_mask[0]:
-        y = cx.emit1("Conv2DBackpropInput", [("input_size", _shape_i32(cx, x)),
+        y = cx.emit1(kind + "BackpropInput", [("input_size", _shape_i32(cx, x)),
                                              ("filter", w), ("out_backprop", g)], attrs,
                      (work, tuple(x.shape)))
         outs[0] = cx.cast(y, x.dtype)
     if output_mask[1]:
-        y = cx.emit1("Conv2DBackpropFilter", [("x", xw),
+        y = cx.emit1(kind + "BackpropFilter", [("x", xw),
                                               ("filter_size", _shape_i32(cx, weight)),
                                               ("out_backprop", g)], attrs, (work, tuple(weight.shape)))
         outs[1] = cx.cast(y, weight.dtype)
     if output_mask[2]:
-        y = cx.emit1("ReduceSum", [("x", g), ("axes", cx.const([0, 2, 3], torch.int64))],
+        y = cx.emit1("ReduceSum", [("x", g), ("axes", cx.const([0, *range(2, n + 2)], torch.int64))],
                      {"keep_dims": False}, (work, (grad.shape[1],)))
         outs[2] = cx.cast(y, grad.dtype)
     return outs
@@ -91,6 +95,28 @@ def _avg_pool2d_backward(cx, grad, x, kernel_size, stride, padding, ceil_mode, c
              "exclusive": not count_include_pad, "divisor_override": int(divisor_override or 0)}
     y = cx.emit1("AvgPoolV2Grad", [("orig_input_shape", _shape_i32(cx, x)),
                                    ("input_grad", grad)], attrs, port="out_grad")
+    return cx.cast(y, cx.out_dtype)
+
+
+@register([aten.avg_pool3d_backward.default], ["AvgPool3DGrad", "Cast", "Const", "Shape"])
+def _avg_pool3d_backward(cx, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override=None):
+    """GE's AvgPool3DGrad (NCDHW) from the input's run-time shape; window, stride and padding
+    are attributes (symbolic ones fixed by a guard). Low precision is computed in float32."""
+    if len(x.shape) != 5:
+        raise UnsupportedOpError(f"%{cx.node.name}: avg_pool3d_backward of a {len(x.shape)}-D "
+                                 "input: lowered for 5-D (NCDHW) tensors only")
+    kernel = _attr_ints(cx, kernel_size, 2, "kernel_size", 3)
+    stride = _attr_ints(cx, stride, 3, "stride", 3) if stride else kernel
+    padding = _attr_ints(cx, padding, 4, "padding", 3)
+    work = torch.float32 if grad.dtype in (torch.bfloat16, torch.float16) else grad.dtype
+    y = cx.emit1("AvgPool3DGrad", [("orig_input_shape", _shape_i32(cx, x)),
+                                   ("grads", cx.cast(grad, work))],
+                 {"ksize": [1, 1, *kernel], "strides": [1, 1, *stride],
+                  "pads": [q for q in padding for _ in (0, 1)], "ceil_mode": bool(ceil_mode),
+                  "count_include_pad": bool(count_include_pad),
+                  "divisor_override": int(divisor_override or 0), "data_format": "NCDHW"},
+                 (work, tuple(x.shape)), port="output")
     return cx.cast(y, cx.out_dtype)
 
 

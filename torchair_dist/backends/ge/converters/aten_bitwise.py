@@ -118,3 +118,43 @@ register([aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
 register([aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
           aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar,
           prims.shift_right_arithmetic.default], ["RightShift"] + _EMITS)(_shift(False))
+
+
+def _last_axis_slice(cx, x, begin: int, end, width: int):
+    """``x[..., begin:end]`` (``end`` None: to the end; negative: from the end) by
+    StridedSlice, every other axis kept whole (symbolic ones included)."""
+    rank = len(x.shape)
+    masks = (1 << (rank - 1)) - 1
+    b, e = [0] * rank, [0] * rank
+    b[-1], e[-1] = begin, 0 if end is None else end
+    end_mask = masks | (1 << (rank - 1)) if end is None else masks
+    return cx.emit1("StridedSlice", [("x", x), ("begin", cx.const(b, torch.int64)),
+                                     ("end", cx.const(e, torch.int64)),
+                                     ("strides", cx.const([1] * rank, torch.int64))],
+                    {"begin_mask": masks, "end_mask": end_mask},
+                    (x.dtype, (*x.shape[:-1], width)))
+
+
+@register([torch.ops.quantized.embedding_bag_byte_unpack.default],
+          ["StridedSlice", "Reshape", "Bitcast", "Cast", "Mul", "Add", "Const", "Pack", "Shape",
+           "GatherV2"])
+def _embedding_bag_byte_unpack(cx, packed):
+    """8-bit rowwise-quantized rows ``[..., N + 8]`` (N bytes, then the row's float32 scale and
+    bias): ``data * scale + bias`` in float32, the scale and bias read through ``Bitcast``
+    (the last 8 bytes are sliced from the end, so N may be symbolic)."""
+    if packed.dtype != torch.uint8 or not packed.shape or 0 <= packed.shape[-1] < 8:
+        raise UnsupportedOpError(f"%{cx.node.name}: embedding_bag_byte_unpack of {packed.dtype} "
+                                 f"{tuple(packed.shape)}: uint8 rows of N + 8 bytes expected")
+    width = packed.shape[-1]
+    lead = [cx.dim(packed, i) for i in range(len(packed.shape) - 1)]
+    data = cx.cast(_last_axis_slice(cx, packed, 0, -8, width - 8 if width >= 0 else -1),
+                   torch.float32)
+    tail = _last_axis_slice(cx, packed, -8, None, 8)
+    quads = cx.reshape(tail, [*lead, 2, 4], (*packed.shape[:-1], 2, 4))
+    pair = cx.emit1("Bitcast", [("x", quads)], {"type": torch.float32},
+                    (torch.float32, (*packed.shape[:-1], 2)))
+    scale = _last_axis_slice(cx, pair, 0, 1, 1)
+    bias = _last_axis_slice(cx, pair, 1, None, 1)
+    dtype, shape = cx.out()
+    y = cx.emit1("Mul", [("x1", data), ("x2", scale)], None, (torch.float32, tuple(shape)))
+    return cx.emit1("Add", [("x1", y), ("x2", bias)], None, (torch.float32, tuple(shape)))

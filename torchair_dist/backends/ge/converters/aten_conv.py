@@ -35,9 +35,41 @@ def _as_2d(cx, t, shape):
     return cx.reshape(t, dims, new)
 
 
+def _dilate_kernel(cx, w, axis: int, d):
+    """``w`` with ``d - 1`` zeros between its taps along ``axis`` (a convolution with it and
+    dilation 1 is the one with dilation ``d``): each tap gets a trailing axis padded to length
+    d, the two axes merged, and the trailing zeros after the last tap cut; ``d`` may be a
+    run-time (symbolic) size."""
+    i64 = torch.int64
+    rank = len(w.shape)
+    d = cx.tensor(d, i64)
+    grown = tuple(w.shape[:axis + 1]) + (1,) + tuple(w.shape[axis + 1:])
+    u = cx.emit1("Unsqueeze", [("x", w)], {"axes": [axis + 1]}, (w.dtype, grown))
+    less = cx.emit1("Sub", [("x1", d), ("x2", cx.const(1, i64))], None, (i64, ()))
+    pads = [v for i in range(rank + 1) for v in ((0, less) if i == axis + 1 else (0, 0))]
+    padded = cx.emit1("PadV3", [("x", u), ("paddings", cx.int_list(pads)),
+                                ("constant_values", cx.const(0, w.dtype))],
+                      {"mode": "constant", "paddings_contiguous": True},
+                      (w.dtype, grown[:axis + 1] + (-1,) + grown[axis + 2:]))
+    span = cx.emit1("Mul", [("x1", cx.tensor(cx.dim(w, axis), i64)), ("x2", d)], None, (i64, ()))
+    dims = [cx.dim(w, i) for i in range(rank)]
+    dims[axis] = span
+    desc = tuple(-1 if i == axis else s for i, s in enumerate(w.shape))
+    merged = cx.reshape(padded, dims, desc)
+    keep = cx.emit1("Add", [("x1", cx.emit1("Sub", [("x1", span), ("x2", d)], None, (i64, ()))),
+                            ("x2", cx.const(1, i64))], None, (i64, ()))
+    others = sum(1 << i for i in range(rank) if i != axis)
+    return cx.emit1("StridedSlice", [("x", merged), ("begin", cx.const([0] * rank, i64)),
+                                     ("end", cx.int_list([keep if i == axis else 0
+                                                          for i in range(rank)])),
+                                     ("strides", cx.const([1] * rank, i64))],
+                    {"begin_mask": others, "end_mask": others}, (w.dtype, desc))
+
+
 @register([aten.convolution.default], ["Conv2D", "Conv3D", "Conv2DTranspose", "Conv3DTranspose",
                                        "Reshape", "Add", "Cast", "Const", "Pack", "PadV3",
-                                       "StridedSlice", "Transpose", "ReverseV2", "GatherV2"])
+                                       "StridedSlice", "Transpose", "ReverseV2", "GatherV2",
+                                       "Unsqueeze", "Sub", "Mul", "Shape"])
 def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, output_padding,
                  groups):
     cx.require_float(x, "Conv2D")
@@ -47,6 +79,14 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
                                  "lowering (1-D, 2-D and 3-D do)")
     dtype, shape = cx.out()
     n = rank - 2  # torch broadcasts a one-element stride/padding/dilation to every dim
+    dil = list(dilation) if isinstance(dilation, (list, tuple)) else [dilation]
+    if not transposed and rank in (3, 4) and any(not isinstance(v, int) for v in dil):
+        # a symbolic dilation (GE takes it as an attribute): the kernel dilated at run time
+        # instead, so no guard fixes the size it comes from
+        for axis, v in zip(range(2, rank), dil * n if len(dil) == 1 else dil):
+            if not (isinstance(v, int) and v == 1):
+                weight = _dilate_kernel(cx, cx.cast(weight, x.dtype), axis, v)
+        dilation = [1] * n
     fx = cx.node.args  # GE takes these as attributes: symbolic ones are fixed by a guard
     stride, padding, dilation, output_padding = (
         spatial_list(cx.static_ints(v, fx[i] if len(fx) > i else None, name), n)
@@ -55,6 +95,13 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
     groups = cx.static_int(groups, fx[8] if len(fx) > 8 else None, "groups")
     weight = cx.cast(weight, x.dtype)
     out = tuple(shape)
+    if rank == 3 and transposed and x.dtype != torch.float16 and any(
+            d < 0 for d in tuple(x.shape) + tuple(weight.shape) + out):
+        # the transposed lowering unrolls over static sizes: fixed by guards here, before
+        # the 1-D operands become 2-D (another size recompiles)
+        x = cx.static_shape(x, fx[0], "input")
+        weight = cx.static_shape(weight, fx[1], "weight")
+        shape = out = tuple(cx.static_int(d, v, "output size") for d, v in zip(shape, cx.val.shape))
     if rank == 3:
         x, weight = _as_2d(cx, x, x.shape), _as_2d(cx, weight, weight.shape)
         stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
@@ -64,9 +111,6 @@ def _convolution(cx, x, weight, bias, stride, padding, dilation, transposed, out
     if (transposed or spatial == 3) and x.dtype != torch.float16 and any(
             d < 0 for d in tuple(x.shape) + tuple(weight.shape) + out):
         # these lowerings unroll over static sizes: symbolic ones are fixed by guards
-        if rank == 3:
-            raise UnsupportedOpError(f"%{cx.node.name}: a transposed 1-D convolution with "
-                                     "symbolic sizes: not lowered; mark the sizes static")
         x = cx.static_shape(x, fx[0], "input")
         weight = cx.static_shape(weight, fx[1], "weight")
         out = shape = tuple(cx.static_int(d, v, "output size")
@@ -298,3 +342,83 @@ def _avg_pool2d(cx, x, kernel_size, stride=(), padding=0, ceil_mode=False,
     if unbatched:
         y = cx.reshape(y, list(shape), shape)
     return cx.cast(y, dtype)
+
+
+@register([aten.fractional_max_pool2d.default],
+          ["GatherV2", "Cast", "Mul", "Add", "Sub", "RealDiv", "ConcatV2", "Reshape",
+           "GatherElements", "Greater", "IsNan", "LogicalOr", "SelectV2", "Const", "Pack",
+           "Shape"])
+def _fractional_max_pool2d(cx, x, kernel_size, output_size, random_samples):
+    """Fractional max pooling from given samples ([N, C, 2]: torch's w, h draws), as torch
+    computes it: per plane and dim, window starts ``int((i + u) * a) - int(u * a)`` for
+    i < out - 1 (a = (in - k) / (out - 1) in x's dtype) and ``in - k`` last; then the window
+    maximum taken over its k_h * k_w cells in torch's order (a later cell wins when strictly
+    greater, or NaN), with the flat index ``h * W + w`` of the chosen cell. Input sizes may be
+    symbolic; the window and output sizes are static."""
+    if len(x.shape) != 4 or not all(isinstance(v, int) for v in [*kernel_size, *output_size]):
+        raise UnsupportedOpError(f"%{cx.node.name}: fractional_max_pool2d of a "
+                                 f"{len(x.shape)}-D input or with symbolic window/output "
+                                 "sizes: lowered for 4-D inputs and static sizes")
+    cx.require_float(x, "Greater")
+    vdt, idt = cx.out(0)[0], cx.out(1)[0]
+    dt, i64 = x.dtype, torch.int64
+    kh, kw = spatial_list(kernel_size, 2)
+    oh, ow = spatial_list(output_size, 2)
+    n, c = x.shape[0], x.shape[1]
+
+    def sample(j):  # random_samples[:, :, j:j + 1]
+        return cx.emit1("GatherV2", [("x", random_samples), ("indices", cx.const([j], i64)),
+                                     ("axis", cx.const(2, i64))], None,
+                        (random_samples.dtype, (n, c, 1)))
+
+    def starts(axis, k, out, j):
+        last = cx.emit1("Sub", [("x1", cx.tensor(cx.dim(x, axis), i64)),
+                                ("x2", cx.const(k, i64))], None, (i64, ()))
+        zero = cx.emit1("Mul", [("x1", cx.cast(sample(0), i64)), ("x2", cx.const(0, i64))],
+                        None, (i64, (n, c, 1)))
+        last = cx.emit1("Add", [("x1", zero), ("x2", last)], None, (i64, (n, c, 1)))
+        if out == 1:
+            return last
+        u = cx.cast(sample(j), dt)
+        alpha = cx.emit1("RealDiv", [("x1", cx.cast(last, dt)),
+                                     ("x2", cx.const(float(out - 1), dt))], None, (dt, (n, c, 1)))
+        i = cx.const(torch.arange(out - 1, dtype=dt).reshape(1, 1, -1))
+        t1 = cx.emit1("Mul", [("x1", cx.emit1("Add", [("x1", i), ("x2", u)], None,
+                                              (dt, (n, c, out - 1)))),
+                              ("x2", alpha)], None, (dt, (n, c, out - 1)))
+        t0 = cx.emit1("Mul", [("x1", u), ("x2", alpha)], None, (dt, (n, c, 1)))
+        head = cx.emit1("Sub", [("x1", cx.cast(t1, i64)), ("x2", cx.cast(t0, i64))], None,
+                        (i64, (n, c, out - 1)))
+        return cx.emit1("ConcatV2", [("x", [head, last]), ("concat_dim", cx.const(2, torch.int32))],
+                        {"N": 2}, (i64, (n, c, out)))
+
+    hs, ws = starts(2, kh, oh, 1), starts(3, kw, ow, 0)
+    width = cx.tensor(cx.dim(x, 3), i64)
+    plane = cx.reshape(x, [cx.dim(x, 0), cx.dim(x, 1), -1], (n, c, -1))
+    best = index = None
+    for dy in range(kh):
+        rows = cx.emit1("Add", [("x1", hs), ("x2", cx.const(dy, i64))], None, (i64, (n, c, oh)))
+        rows = cx.emit1("Mul", [("x1", rows), ("x2", width)], None, (i64, (n, c, oh)))
+        rows = cx.reshape(rows, [cx.dim(x, 0), cx.dim(x, 1), oh, 1], (n, c, oh, 1))
+        for dx in range(kw):
+            cols = cx.emit1("Add", [("x1", ws), ("x2", cx.const(dx, i64))], None, (i64, (n, c, ow)))
+            cols = cx.reshape(cols, [cx.dim(x, 0), cx.dim(x, 1), 1, ow], (n, c, 1, ow))
+            flat = cx.emit1("Add", [("x1", rows), ("x2", cols)], None, (i64, (n, c, oh, ow)))
+            flat2 = cx.reshape(flat, [cx.dim(x, 0), cx.dim(x, 1), oh * ow], (n, c, oh * ow))
+            v = cx.emit1("GatherElements", [("x", plane), ("index", flat2)], {"dim": 2},
+                         (dt, (n, c, oh * ow)))
+            v = cx.reshape(v, [cx.dim(x, 0), cx.dim(x, 1), oh, ow], (n, c, oh, ow))
+            if best is None:
+                best, index = v, flat
+                continue
+            take = cx.emit1("LogicalOr", [("x1", cx.emit1("Greater", [("x1", v), ("x2", best)], None,
+                                                          (torch.bool, (n, c, oh, ow)))),
+                                          ("x2", cx.emit1("IsNan", [("x", v)], None,
+                                                          (torch.bool, (n, c, oh, ow))))],
+                            None, (torch.bool, (n, c, oh, ow)))
+            best = cx.emit1("SelectV2", [("condition", take), ("then", v), ("else", best)], None,
+                            (dt, (n, c, oh, ow)), port="result")
+            index = cx.emit1("SelectV2", [("condition", take), ("then", flat), ("else", index)],
+                             None, (i64, (n, c, oh, ow)), port="result")
+    return [cx.cast(best, vdt), cx.cast(index, idt)]
+

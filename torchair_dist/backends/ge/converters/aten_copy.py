@@ -48,6 +48,14 @@ def _alias(cx, x):
     return cx.emit1("Identity", [("x", x)])
 
 
+@register([prims.copy_strided.default], ["TensorMove", "Identity", "Real", "Imag", "Complex"])
+def _copy_strided(cx, x, stride):
+    """A copy with the given strides (decompositions keep a layout with it): the values are
+    ``x``'s; GE tensors are dense, and an output's strides are eager's again after the run
+    (the runner lays each output out as the FX graph records it)."""
+    return _move(cx, x)
+
+
 @register([aten.copy_.default, aten.copy.default],
           ["Cast", "BroadcastTo", "Identity", "Const", "Assign"])
 def _copy(cx, dst: TensorRef, src: Any, non_blocking: bool = False):

@@ -235,13 +235,15 @@ def _cummax(cx, x, dim):
 
 
 # -- data movement --------------------------------------------------------------------------
-@register([prims.broadcast_in_dim.default], ["Reshape", "BroadcastTo", "Const"])
+@register([prims.broadcast_in_dim.default], ["Reshape", "BroadcastTo", "Const", "Pack", "Shape",
+                                          "GatherV2"])
 def _broadcast_in_dim(cx, a, shape, broadcast_dimensions):
     shape = list(shape)
-    grown = [1] * len(shape)
+    grown, desc = [1] * len(shape), [1] * len(shape)
     for src, dst in enumerate(broadcast_dimensions):
-        grown[dst] = a.shape[src]
-    y = cx.reshape(a, grown, tuple(grown)) if tuple(grown) != tuple(a.shape) else a
+        # a symbolic dim (-1 in the static description) is read from the run-time shape
+        grown[dst], desc[dst] = cx.dim(a, src), a.shape[src]
+    y = cx.reshape(a, grown, tuple(desc)) if tuple(desc) != tuple(a.shape) else a
     return cx.emit1("BroadcastTo", [("x", y), ("shape", cx.int_list(shape))])
 
 

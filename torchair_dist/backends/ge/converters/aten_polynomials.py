@@ -12,8 +12,11 @@ degree n, in closed form, following torch's definition branch by branch:
   torch's; x = +-inf gives torch's inf at n = 2 and NaN beyond.
 
 Accuracy: rtol/atol 1e-4 in float32 against torch (tests/unit/test_ge_polynomials.py).
-Hermite, Laguerre and Legendre have no closed form: their recurrence runs n steps, unknown
-when the graph is built, so they stay refused.
+Hermite (H, He), Laguerre and Legendre have no closed form: torch runs their three-term
+recurrence n steps. A degree known when the graph is built (an int) unrolls exactly n steps; a
+symbolic degree (a Python int argument of a dynamic-shape graph) unrolls up to
+:data:`MAX_DEGREE` steps and selects step n at run time, and a run with a larger n raises (a
+GE ``Assert`` naming the bound) rather than give a wrong value.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import math
 import torch
 
 from ....errors import UnsupportedOpError
+from .context import TensorRef
 from .registry import register
 from .series import EMITS, Ew
 
@@ -134,3 +138,104 @@ for _kind in "tuvw":
         _packet = getattr(aten, _name)
         register([_packet.default, _packet.x_scalar, _packet.n_scalar],
                  [*EMITS, "BroadcastTo", "Shape"])(_converter(_kind.upper(), _shifted))
+
+
+MAX_DEGREE = 32  # a symbolic degree above this raises at run time
+
+
+def _recurrence(kind: str, e, x, n: int):
+    """torch's recurrence for degrees 0..n (a list of values, in torch's operation order)."""
+    one = 1.0
+    ones = e.where(e.equal(x, x), 1.0, 1.0)  # 1 everywhere, also where x is inf or NaN
+    first = {"hermite_h": lambda: e.add(x, x), "laguerre": lambda: e.sub(one, x)}.get(
+        kind, lambda: x)()
+    vals = [ones, first]
+    p, q = vals
+    two_x = e.add(x, x) if kind == "hermite_h" else None
+    one_minus_x = e.sub(one, x) if kind == "laguerre" else None
+    for k in range(1, n):
+        if kind == "hermite_h":
+            r = e.sub(e.mul(two_x, q), e.mul(p, float(2 * k)))
+        elif kind == "hermite_he":
+            r = e.sub(e.mul(x, q), e.mul(p, float(k)))
+        elif kind == "laguerre":
+            r = e.div(e.sub(e.mul(e.add(one_minus_x, float(k + k)), q), e.mul(p, float(k))),
+                      float(k + 1))
+        else:
+            r = e.div(e.sub(e.mul(e.mul(x, float(k + k + 1)), q), e.mul(p, float(k))),
+                      float(k + 1))
+        vals.append(r)
+        p, q = q, r
+    return vals
+
+
+def _edges(kind: str, e, x, y, n_is):
+    """torch's special cases before its recurrence (``n_is(k)``: a condition n == k; ``n_is(
+    'neg')``: n < 0, ``n_is('odd')``: n odd)."""
+    if kind == "laguerre":
+        y = e.where(e.equal(e.abs(x), 0.0), 1.0, y)
+    if kind == "legendre":
+        edge = e.where(e.or_(e.less(0.0, x), n_is(0)), 1.0, e.where(n_is("odd"), -1.0, 1.0))
+        y = e.where(e.equal(e.abs(x), 1.0), edge, y)
+    return e.where(n_is("neg"), 0.0, y)
+
+
+def _scalar_cmp(cx, op: str, a, b):
+    return cx.emit1(op, [("x1", a), ("x2", b)], None, (torch.bool, ()))
+
+
+def _recurrence_converter(kind: str):
+    def conv(cx, x, n):
+        dtype, shape = cx.out()
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        e = Ew(cx, work, shape)
+        xv = cx.cast(x, work)
+        if isinstance(n, (int, float)):
+            degree = int(n)
+            if degree < 0:
+                return cx.cast(e.where(e.equal(xv, xv), 0.0, 0.0), dtype)
+            vals = _recurrence(kind, e, xv, max(degree, 1))
+            y = vals[degree]
+
+            def n_is(k):
+                truth = (degree < 0 if k == "neg" else degree % 2 == 1 if k == "odd"
+                         else degree == k)
+                return _scalar_cmp(cx, "Equal", cx.const(1.0, work), cx.const(float(truth), work))
+            return cx.cast(_edges(kind, e, xv, y, n_is), dtype)
+        if not isinstance(n, TensorRef) or len(n.shape) != 0:
+            raise UnsupportedOpError(f"%{cx.node.name}: {cx.node.target} with a tensor of "
+                                     "degrees: only a scalar degree is lowered")
+        nv = cx.cast(n, torch.int64)
+        vals = _recurrence(kind, e, xv, MAX_DEGREE)
+        y = vals[0]
+        for k, v in enumerate(vals[1:], 1):
+            y = e.where(_scalar_cmp(cx, "Equal", nv, cx.const(k, torch.int64)), v, y)
+        within = _scalar_cmp(cx, "LessEqual", nv, cx.const(MAX_DEGREE, torch.int64))
+        cx.emit("Assert", [("input_condition", within), ("input_data", [within])], None, [])
+        op = cx.b.graph.op[-1]
+        op.attr["_message"].s = (f"{cx.node.target}: degree n above {MAX_DEGREE} (the largest "
+                                 "a symbolic degree is unrolled to); mark it static").encode()
+        cx.keep_alive.append(op.name)
+        half = cx.emit1("FloorDiv", [("x1", nv), ("x2", cx.const(2, torch.int64))], None,
+                        (torch.int64, ()))
+        odd = _scalar_cmp(cx, "NotEqual", cx.emit1("Mul", [("x1", half),
+                                                           ("x2", cx.const(2, torch.int64))],
+                                                   None, (torch.int64, ())), nv)
+
+        def n_is(k):
+            if k == "neg":
+                return _scalar_cmp(cx, "Less", nv, cx.const(0, torch.int64))
+            if k == "odd":
+                return odd
+            return _scalar_cmp(cx, "Equal", nv, cx.const(k, torch.int64))
+        return cx.cast(_edges(kind, e, xv, y, n_is), dtype)
+    return conv
+
+
+for _kind, _name in (("hermite_h", "special_hermite_polynomial_h"),
+                     ("hermite_he", "special_hermite_polynomial_he"),
+                     ("laguerre", "special_laguerre_polynomial_l"),
+                     ("legendre", "special_legendre_polynomial_p")):
+    register([getattr(aten, _name).n_scalar],
+             [*EMITS, "Assert", "Equal", "LessEqual", "Less", "NotEqual", "FloorDiv", "Mul",
+              "Cast", "Const"])(_recurrence_converter(_kind))

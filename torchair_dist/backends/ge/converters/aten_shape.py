@@ -400,10 +400,12 @@ def _roll(cx, x, shifts, dims=()):
     return cx.cast(y, dtype)
 
 
-@register([aten.unfold.default], ["GatherV2", "Transpose", "Const"])
+@register([aten.unfold.default], ["GatherV2", "Transpose", "Const", "Range", "Sub", "FloorDiv",
+                                   "Add", "Mul", "Reshape", "Shape", "Cast"])
 def _unfold(cx, x, dim, size, step):
-    """Sliding windows along ``dim``: GatherV2 of the window positions (a [n, size] Const),
-    then the window axis moved last, as torch lays it out."""
+    """Sliding windows along ``dim``: GatherV2 of the window positions (a [n, size] Const;
+    for a symbolic dim, ``Range(n)[:, None] * step + arange(size)`` with n = (len - size) //
+    step + 1 read at run time), then the window axis moved last, as torch lays it out."""
     from ....errors import UnsupportedOpError
 
     if not x.shape:  # a 0-d tensor unfolds as a 1-element vector
@@ -413,12 +415,106 @@ def _unfold(cx, x, dim, size, step):
     rank = len(x.shape)
     d = dim % rank
     length = x.shape[d]
-    if length < 0:
-        raise UnsupportedOpError(f"%{cx.node.name}: unfold of a symbolic dim has no GE lowering")
-    n = (length - size) // step + 1
-    index = torch.arange(n).unsqueeze(1) * step + torch.arange(size)
+    if isinstance(size, int) and isinstance(step, int) and length < 0:
+        i64 = torch.int64
+        span = cx.emit1("Sub", [("x1", cx.dim(x, d)), ("x2", cx.const(size, i64))], None, (i64, ()))
+        n_ref = cx.emit1("Add", [("x1", cx.emit1("FloorDiv", [("x1", span),
+                                                              ("x2", cx.const(step, i64))],
+                                                 None, (i64, ()))),
+                                 ("x2", cx.const(1, i64))], None, (i64, ()))
+        starts = cx.emit1("Range", [("start", cx.const(0, i64)), ("limit", n_ref),
+                                    ("delta", cx.const(1, i64))], desc=(i64, (-1,)))
+        if step != 1:
+            starts = cx.emit1("Mul", [("x1", starts), ("x2", cx.const(step, i64))], None,
+                              (i64, (-1,)))
+        starts = cx.reshape(starts, [cx.dim(starts, 0), 1], (-1, 1))
+        index = cx.emit1("Add", [("x1", starts), ("x2", cx.const([list(range(size))], i64))],
+                         None, (i64, (-1, size)))
+        n = -1
+    elif length < 0:
+        raise UnsupportedOpError(f"%{cx.node.name}: unfold of a symbolic dim with a symbolic "
+                                 "window size or step has no GE lowering")
+    else:
+        n = (length - size) // step + 1
+        index = cx.const(torch.arange(n).unsqueeze(1) * step + torch.arange(size))
     gathered_shape = tuple(x.shape[:d]) + (n, size) + tuple(x.shape[d + 1:])
-    g = cx.emit1("GatherV2", [("x", x), ("indices", cx.const(index)),
+    g = cx.emit1("GatherV2", [("x", x), ("indices", index),
                               ("axis", cx.const(d, torch.int64))], None, (x.dtype, gathered_shape))
     perm = [i for i in range(rank + 1) if i != d + 1] + [d + 1]
     return cx.emit1("Transpose", [("x", g), ("perm", cx.const(perm, torch.int64))])
+
+
+def _hint(v) -> int:
+    """A (symbolic) size's value in this compile, read without adding a guard."""
+    if isinstance(v, int):
+        return v
+    hint = getattr(v.node, "hint", None)
+    if hint is None:
+        raise UnsupportedOpError(f"the symbolic size {v} has no value to order strides by")
+    return int(hint)
+
+
+def _storage_order(val) -> list:
+    """The dims of a dense tensor ``val`` (fake) from the outermost in memory to the innermost
+    (its strides sorted, size-1 dims kept in place); None when it has gaps or overlaps."""
+    sizes, strides = [_hint(s) for s in val.shape], [_hint(s) for s in val.stride()]
+    order = sorted(range(len(sizes)), key=lambda d: -strides[d])  # stable: ties keep dim order
+    if 0 in sizes:  # no elements: any order reads the same (none)
+        return order
+    expected = 1
+    for d in reversed(order):
+        if sizes[d] != 1 and strides[d] != expected:
+            return None
+        expected *= sizes[d]
+    return order
+
+
+@register([aten.resize.default],
+          ["Transpose", "Reshape", "Fill", "ConcatV2", "StridedSlice", "Sub", "Maximum", "Mul",
+           "Pack", "Shape", "GatherV2", "Const", "Cast"])
+def _resize(cx, x, size, memory_format=None):
+    """Functional ``resize``: the new tensor's storage starts with ``x``'s elements in
+    ``x``'s storage order, the rest is new memory (filled as PyTorch's deterministic mode fills
+    it: NaN for floats, the largest value for integers); its strides are the output's (the
+    memory format), so the values are that storage read in the output's layout. ``x`` must be
+    dense (no gaps or overlaps); sizes may be symbolic."""
+    from ....errors import UnsupportedOpError as Refused
+
+    src_val, out_val = cx.node.args[0].meta.get("val"), cx.val
+    src_order = _storage_order(src_val) if src_val is not None else None
+    out_order = _storage_order(out_val) if out_val is not None else None
+    if src_order is None or out_order is None:
+        raise Refused(f"%{cx.node.name}: resize of an input with gaps or overlaps in its storage: "
+                      "not lowered")
+    i64 = torch.int64
+    dtype, shape = cx.out()
+    rank = len(x.shape)
+    if src_order != list(range(rank)):
+        x = cx.emit1("Transpose", [("x", x), ("perm", cx.const(src_order, i64))], None,
+                     (x.dtype, tuple(x.shape[d] for d in src_order)))
+    flat = cx.reshape(x, [-1], (-1,))
+    have = cx.tensor(cx.dim(flat, 0), i64) if flat.shape[0] < 0 else cx.const(flat.shape[0], i64)
+    sizes = list(size)
+    total = cx.const(1, i64)
+    for s in sizes:
+        total = cx.emit1("Mul", [("x1", total), ("x2", cx.tensor(s, i64))], None, (i64, ()))
+    pad = cx.emit1("Maximum", [("x1", cx.emit1("Sub", [("x1", total), ("x2", have)], None,
+                                               (i64, ()))),
+                               ("x2", cx.const(0, i64))], None, (i64, ()))
+    fill_value = float("nan") if dtype.is_floating_point else torch.iinfo(dtype).max \
+        if dtype != torch.bool else True
+    fresh = cx.emit1("Fill", [("dims", cx.int_list([pad])), ("value", cx.const(fill_value, dtype))],
+                     None, (dtype, (-1,)))
+    both = cx.emit1("ConcatV2", [("x", [flat, fresh]), ("concat_dim", cx.const(0, torch.int32))],
+                    {"N": 2}, (dtype, (-1,)))
+    kept = cx.emit1("StridedSlice", [("x", both), ("begin", cx.const([0], i64)),
+                                     ("end", cx.int_list([total])),
+                                     ("strides", cx.const([1], i64))],
+                    {"begin_mask": 0, "end_mask": 0}, (dtype, (-1,)))
+    stored = [sizes[d] for d in out_order]
+    y = cx.reshape(kept, stored, tuple(shape[d] for d in out_order))
+    if out_order != list(range(len(shape))):
+        inverse = [out_order.index(d) for d in range(len(shape))]
+        y = cx.emit1("Transpose", [("x", y), ("perm", cx.const(inverse, i64))], None,
+                     (dtype, tuple(shape)))
+    return y

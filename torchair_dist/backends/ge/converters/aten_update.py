@@ -187,8 +187,9 @@ def _index_put_mask(cx, x, indices, values, accumulate):
     given = [(i, t) for i, t in enumerate(indices) if t is not None]
     rank = len(x.shape)
     if len(given) != 1:
-        raise UnsupportedOpError(f"%{cx.node.name}: index_put mixing a boolean mask with other "
-                                 f"indices has no GE lowering")
+        # a mask among other indices: its True coordinates (NonZero) are int64 indices that
+        # broadcast with the others, as torch defines it; IndexPutV2 writes them
+        return _index_put_v2(cx, x, int_indices(cx, indices), values, accumulate)
     d, mask = given[0]
     k = len(mask.shape)
     trailing = rank - d - k

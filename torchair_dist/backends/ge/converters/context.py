@@ -144,6 +144,18 @@ class ConvertContext:
         self.ref_data: dict = {}  # RefData op name -> the FX node that updates it in place
         self.inplace_done: set = set()  # RefData op names already updated in place
         self.assigned: set = set()  # RefData op names written back by Assign (enable_ref_data)
+        self.rng_key: Optional[TensorRef] = None  # the per-call random key input (aten_random)
+        self.rng_ops = 0  # random ops converted so far: each gets its own counter
+
+    def random_key_counter(self) -> Tuple[TensorRef, TensorRef]:
+        """The (key, counter) pair of a stateless GE random op: the key is one uint64 graph
+        input the runner draws from torch's generator before every run (so a seed set with
+        ``torch.manual_seed`` repeats the draws and each call draws anew); the counter is a
+        Const distinct per random op of the graph, so two ops never draw the same numbers."""
+        if self.rng_key is None:
+            self.rng_key = self.b.data(torch.uint64, (1,), placement="CPU", name="rng_key")
+        self.rng_ops += 1
+        return self.rng_key, self.const([self.rng_ops, 0], torch.uint64)
 
     # -- the node being converted -------------------------------------------------------------
     @property
