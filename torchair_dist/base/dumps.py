@@ -34,7 +34,7 @@ def dump_fx_graph(gm: torch.fx.GraphModule, kind: str, directory: Optional[str],
     if kind == "py":
         text = gm.print_readable(print_output=False)
         if extra_source:
-            text += "\n\n# ---- generated runner ----\n" + extra_source
+            text += "\n\n# ---- the forward the runner calls ----\n" + extra_source
     else:
         text = str(gm.graph)
     with open(path, "w") as f:

@@ -18,7 +18,7 @@ class CompilerConfig(ConfigBase):
 
     ``mode`` picks the per-rank compiler: ``max-autotune`` (default) builds a GE graph,
     ``npugraph_ex`` (and its deprecated alias ``reduce-overhead``) captures and replays an
-    ACL/CUDA graph (a generated runner on CPU). See the README's config reference for every
+    ACL/CUDA graph (a CPU stand-in on CPU). See the README's config reference for every
     option.
     """
 

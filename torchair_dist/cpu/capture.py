@@ -3,9 +3,9 @@
 * ``record`` (default): capture records the dispatched ops, replay re-issues them on the
   captured buffers, with the device-graph rules (:mod:`.record`);
 * ``emulate``: :class:`EmulatedGraph`: fixed input and output buffers, replay re-runs the
-  generated forward and copies into the captured outputs, so the runner's input-copy /
+  FX forward and copies into the captured outputs, so the runner's input-copy /
   output-aliasing / recapture logic is exercised exactly as on a device;
-* ``off``: no capture, the generated forward runs directly.
+* ``off``: no capture, the FX forward runs directly.
 """
 from __future__ import annotations
 

@@ -280,9 +280,10 @@ STAGES: Dict[str, Stage] = {s.name: s for s in (
           "inputs_name, ops annotated with their nn.Module stack on request",
           gate="export.export_mode", reads=_EXPORT_READS),
     Stage("acl_codegen", acl.codegen_step, "backend",
-          "a generated straight-line runner of the FX graph", dumped=True),
+          "the FX graph's own forward as the runner, called with the input list (no "
+          "module-call machinery per call)", dumped=True),
     Stage("acl_dump", acl.dump_step, "backend",
-          "write the FX graph and the generated runner as py/txt",
+          "write the FX graph and its code as py/txt",
           gate="debug.graph_dump.type", runs_when=_is_set, reads=("debug.graph_dump.path",)),
     Stage("inductor_kernels", acl.inductor_step,
           "backend", "inductor generates the compute kernels of the post-pass graph; our "

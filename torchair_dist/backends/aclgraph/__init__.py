@@ -28,7 +28,7 @@ _OWN_COLLECTIVES = CollectiveTransport()
 
 
 class AclGraphBackend(Backend):
-    """``npugraph_ex`` / ``reduce-overhead``: a generated runner, captured per graph key."""
+    """``npugraph_ex`` / ``reduce-overhead``: the FX forward, captured per graph key."""
 
     name = "aclgraph"
     handle_format = "fx-graph (captured again on load)"

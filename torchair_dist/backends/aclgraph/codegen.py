@@ -1,14 +1,13 @@
-"""Generate the runner's forward function from an FX graph.
+"""The runner's forward of an FX graph: FX's own forward of the graph, called boxed.
 
-The generated code is FX's own code for the graph with a boxed signature: it takes the list
-of inputs and unpacks it itself, so a call costs one Python frame, like ``aot_eager``'s
-``gm.forward`` and no more. The source is kept for dumps and for the compile cache.
+``forward(args)`` takes the list of graph inputs (the boxed convention) and calls the graph
+module's ``forward`` with them, not ``gm(*args)``: no module-call machinery (hooks) per call.
+The code it runs is FX's (``gm.code``), which dumps show; nothing here generates source.
 """
 from __future__ import annotations
 
 import dataclasses
-import linecache
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, List
 
 import torch.fx
 
@@ -21,21 +20,10 @@ class GeneratedForward:
 
 
 def generate_forward(gm: torch.fx.GraphModule, name: str) -> GeneratedForward:
-    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    code = gm.graph.python_code(root_module="self")
-    lines = code.src.strip("\n").splitlines()
-    def_line = next(i for i, line in enumerate(lines) if line.startswith("def forward("))
-    body = lines[def_line + 1:]
-    header = ["def forward(args):"]
-    if names:
-        header.append(f"    {', '.join(names)}, = args")
-    source = "\n".join(header + body) + "\n"
-    filename = f"<torchair_dist runner {name}>"
-    # Let tracebacks and debuggers show the generated lines.
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace: Dict[str, Any] = dict(code.globals)
-    namespace["self"] = gm
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
-    fn = namespace.pop("forward")  # not left in its own globals: no reference cycle
-    fn._boxed_call = True
-    return GeneratedForward(fn, source, filename)
+    forward = gm.forward
+
+    def run(args):
+        return forward(*args)
+
+    run._boxed_call = True
+    return GeneratedForward(run, gm.code, f"<fx graph {name}>")

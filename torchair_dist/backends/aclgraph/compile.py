@@ -91,7 +91,7 @@ def device_factory(ctx: GraphContext) -> Optional[CaptureFactory]:
 
 # -- the steps (the ``backend`` stages of the ACL rows) ------------------------------------
 def codegen_step(build: AclBuild) -> AclBuild:
-    """``acl_codegen``: a generated straight-line forward of the runner's graph."""
+    """``acl_codegen``: the runner's forward: the graph's own FX forward, called boxed."""
     run_ctx = build.transport.for_runner(build.ctx)
     generated = generate_forward(run_ctx.gm, run_ctx.graph_name)
 
@@ -104,7 +104,7 @@ def codegen_step(build: AclBuild) -> AclBuild:
 
 
 def dump_step(build: AclBuild) -> AclBuild:
-    """``acl_dump``: the FX graph and the generated forward (when there is one) as py/txt."""
+    """``acl_dump``: the FX graph and its code (when there is one) as py/txt."""
     c = build.run_ctx or build.ctx
     dump_fx_graph(c.gm, c.config.get("debug.graph_dump.type"), c.config.get("debug.graph_dump.path"),
                   c.graph_name, c.rank, c.config.get("mode"), build.source)
@@ -126,7 +126,7 @@ def device_allows_inductor(ctx: GraphContext) -> bool:
 
 def inductor_step(build: AclBuild) -> AclBuild:
     """``inductor_kernels``: inductor compiles the forward (collectives made functional for
-    it); the generated one, if any, stays only for the dump."""
+    it); the FX forward, if any, stays only for the dump."""
     if not device_allows_inductor(build.ctx):
         return build
     from .inductor_kernels import compile_forward
