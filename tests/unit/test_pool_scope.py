@@ -20,6 +20,16 @@ from torchair_dist.cpu.record_pool import RecordPool
 pytestmark = pytest.mark.usefixtures("record_capture")
 
 
+@pytest.fixture(autouse=True)
+def _no_dynamo_leftovers():
+    """Dynamo installs the compiled graph of a resume function (after a graph break) in the
+    globals of the module holding the code (``__compiled_fn_*``), where it stays after
+    ``torch._dynamo.reset()``; dropped here so one test's graphs leave the device pool."""
+    yield
+    for name in [n for n in globals() if n.startswith(("__compiled_fn", "__resume_at"))]:
+        del globals()[name]
+
+
 def compile_fn(fn, scope, **options):
     cfg = CompilerConfig()
     cfg.mode = "npugraph_ex"
@@ -244,3 +254,52 @@ def test_thread_ranks_never_share_a_pool(runners):
     for r in runners:
         by_pool.setdefault(id(r.graph_factory.pool), []).append(r)
     assert len(by_pool) == 2 and all(len(rs) == 2 for rs in by_pool.values()), by_pool
+
+
+class _Attend(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.q = torch.nn.Linear(16, 16)
+        self.o = torch.nn.Linear(16, 16)
+
+    def forward(self, x, k, v):
+        b = x.shape[0]
+        q = self.q(x).view(b, 1, 2, 8).transpose(1, 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return torch.relu(self.o(a.transpose(1, 2).reshape(b, 1, 16))) + x
+
+
+def _piecewise_pool_bytes():
+    m = _Attend().eval()
+    cfg = CompilerConfig()
+    cfg.mode = "npugraph_ex"
+    cfg.npugraphex_config.piecewise = True
+    cfg.aclgraph_config.pool_scope = "device"
+    f = torch.compile(m, backend=get_npu_backend(compiler_config=cfg), dynamic=True)
+    args = torch.randn(2, 1, 16), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(f(*args), m(*args), rtol=1e-5, atol=1e-5)
+    summary = torchair_dist.capture_summary()
+    return sum(row["pool_bytes"] for row in summary.values()), f
+
+
+def test_a_device_pool_whose_graphs_were_all_dropped_starts_afresh():
+    """Piece runners hang off FX's split module until the collector runs, and with them the
+    device pool; its captures are dropped with the graph, so a graph compiled after the reset
+    that joins it is charged the blocks again (a device frees a pool no graph uses)."""
+    gc.collect()
+    gc.disable()
+    try:
+        first, f = _piecewise_pool_bytes()
+        assert first > 0
+        del f
+        torch._dynamo.reset()
+        torchair_dist.reset_capture_report()
+        stale = acl_compile._SHARED_POOLS.get(("device", "cpu", None, None))
+        assert stale is not None, "the pool waits for the collector (the case tested here)"
+        again, f = _piecewise_pool_bytes()
+        assert acl_compile._SHARED_POOLS.get(("device", "cpu", None, None)) is stale
+        assert again == first, (again, first)
+    finally:
+        gc.enable()
