@@ -20,16 +20,6 @@ from torchair_dist.cpu.record_pool import RecordPool
 pytestmark = pytest.mark.usefixtures("record_capture")
 
 
-@pytest.fixture(autouse=True)
-def _no_dynamo_leftovers():
-    """Dynamo installs the compiled graph of a resume function (after a graph break) in the
-    globals of the module holding the code (``__compiled_fn_*``), where it stays after
-    ``torch._dynamo.reset()``; dropped here so one test's graphs leave the device pool."""
-    yield
-    for name in [n for n in globals() if n.startswith(("__compiled_fn", "__resume_at"))]:
-        del globals()[name]
-
-
 def compile_fn(fn, scope, **options):
     cfg = CompilerConfig()
     cfg.mode = "npugraph_ex"
@@ -138,6 +128,8 @@ def test_a_dropped_graph_leaves_the_device_pool_without_the_collector(monkeypatc
         made.append(weakref.ref(self))
 
     monkeypatch.setattr(runner_mod.AclGraphRunner, "__init__", spy)
+    # a pool of this test's own (graphs of earlier tests may still be alive in the device's)
+    monkeypatch.setattr(acl_compile, "_SHARED_POOLS", weakref.WeakValueDictionary())
     gc.collect()
     gc.disable()
     try:
@@ -284,10 +276,12 @@ def _piecewise_pool_bytes():
     return sum(row["pool_bytes"] for row in summary.values()), f
 
 
-def test_a_device_pool_whose_graphs_were_all_dropped_starts_afresh():
+def test_a_device_pool_whose_graphs_were_all_dropped_starts_afresh(monkeypatch):
     """Piece runners hang off FX's split module until the collector runs, and with them the
     device pool; its captures are dropped with the graph, so a graph compiled after the reset
     that joins it is charged the blocks again (a device frees a pool no graph uses)."""
+    # a pool of this test's own (graphs of earlier tests may still be alive in the device's)
+    monkeypatch.setattr(acl_compile, "_SHARED_POOLS", weakref.WeakValueDictionary())
     gc.collect()
     gc.disable()
     try:
