@@ -148,6 +148,9 @@ PROCESS_STATE = {
     "torchair_dist.backends.aclgraph.inductor_kernels:_async_lowered":
         "the ops given an inductor lowering: inductor's lowering table lives as long as the "
         "process",
+    "torchair_dist.backends.aclgraph.compile:_SHARED_POOLS":
+        "the memory pools shared beyond one graph (pool_scope='device', a user's pool), held "
+        "weakly: a pool leaves with the last graph using it (torch._dynamo.reset() empties it)",
     "torchair_dist.backends.aclgraph.capture:_CAPTURE_STREAMS":
         "one capture stream per device, as torch's own graph capture keeps one",
     "torchair_dist.collectives.consistency:_check_counts":

@@ -196,6 +196,11 @@ class AclGraphConfig(ConfigBase):
     def __init__(self):
         self.use_custom_pool = PoolHandleOption(
             None, "a device graph memory pool handle shared by captures (ACL modes)")
+        self.pool_scope = ChoiceOption(
+            "device", ["device", "graph"],
+            "which captures share one memory pool (ACL modes): 'device' one pool per device "
+            "(and rank) for every graph of the process, 'graph' one pool per compiled graph; "
+            "ignored with use_custom_pool or debug.aclgraph.disable_mempool_reuse_in_same_fx")
         self._freeze()
 
 

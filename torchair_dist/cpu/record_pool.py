@@ -1,7 +1,8 @@
 """The memory of the record stand-in (:mod:`.record`): the pool its graphs share, and the peak
 bytes a record's allocations hold (what a device pool would reserve for the capture).
 
-Captures of one runner that share a pool model the worst case of a real pool: a replay
+Captures that share a pool (those of one graph, or with ``aclgraph_config.pool_scope="device"``
+those of every graph on the device and rank) model the worst case of a real pool: a replay
 overwrites (poisons) the outputs of the graphs captured after it in the same pool, as a device
 graph's intermediates may reuse the blocks those outputs later took."""
 from __future__ import annotations
@@ -29,7 +30,15 @@ class RecordPool:
         self._last = -1  # the position of the graph that ran last: none after it is fresh
 
     def add(self, graph, peak: int) -> int:
-        """A new capture; returns the bytes it added to the pool."""
+        """A new capture; returns the bytes it added to the pool. A pool none of whose graphs
+        is alive any more starts afresh: a device frees a private pool's blocks once no graph
+        uses it (a pool shared by every graph of a device outlives the graphs Dynamo drops,
+        until the next capture joins it)."""
+        if self.graphs and all(ref() is None for ref in self.graphs):
+            self.graphs.clear()
+            self._fresh.clear()
+            self._position.clear()
+            self.reserved = 0
         self._position[id(graph)] = len(self.graphs)
         self._fresh[len(self.graphs)] = weakref.ref(graph)
         self.graphs.append(weakref.ref(graph))

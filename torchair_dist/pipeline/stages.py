@@ -129,7 +129,8 @@ class Stage:
 _CAPTURE_READS = ("debug.aclgraph.clone_input", "debug.aclgraph.enable_output_clone",
                   "debug.aclgraph.static_capture_size_limit",
                   "debug.aclgraph.disable_mempool_reuse_in_same_fx",
-                  "aclgraph_config.use_custom_pool", "npugraphex_config.force_recapture",
+                  "aclgraph_config.use_custom_pool", "aclgraph_config.pool_scope",
+                  "npugraphex_config.force_recapture",
                   "npugraphex_config.capture_sizes", "npugraphex_config.pad_to_capture_size",
                   "npugraphex_config.pad_unchecked_ops", "experimental_config.frozen_parameter")
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import warnings
+import weakref
 from typing import Any, Callable, Optional, Tuple
 
 import torch
 
 from ... import platform as _platform
 from ...base.dumps import dump_fx_graph
+from ...base.util import calling_rank
 from ...cpu import stand_ins
 from ...platform.interfaces import CaptureFactory, CollectiveTransport
 from ...passes.stream_ordering import EVENTS_ADDED
@@ -66,10 +68,14 @@ class AclBuild(Build):
 
 def graph_device_type(ctx: GraphContext) -> str:
     """The device of the graph's tensor inputs ('cpu' when it has none)."""
+    return _graph_device(ctx).type
+
+
+def _graph_device(ctx: GraphContext) -> torch.device:
     for x in ctx.example_inputs:
         if isinstance(x, torch.Tensor):
-            return x.device.type
-    return "cpu"
+            return x.device
+    return torch.device("cpu")
 
 
 def _shared_pool(cfg) -> Tuple[Any, bool]:
@@ -78,15 +84,64 @@ def _shared_pool(cfg) -> Tuple[Any, bool]:
         "debug.aclgraph.disable_mempool_reuse_in_same_fx")
 
 
+# -- which captures share one memory pool (``aclgraph_config.pool_scope``) -------------------
+class SharedPool:
+    """A device graph memory pool that several graphs' factories join: its ``handle`` (what the
+    device's graph capture takes); the pool's output bookkeeping hangs off this object
+    (:func:`.outputs.pool_outputs_of`), so a replay of one graph watches the outputs of every
+    graph captured later in the same pool."""
+
+    def __init__(self, handle: Any):
+        self.handle = handle
+
+
+# The pools shared beyond one graph: ("device", type, index, rank) -> the device's SharedPool
+# or the CPU record stand-in's RecordPool; ("custom", handle) -> a user's pool. Held weakly:
+# the graphs' factories hold their pool, so a pool leaves with the last graph using it
+# (``torch._dynamo.reset()``; a device frees a private pool once no graph uses it) and the next
+# capture starts a fresh one.
+_SHARED_POOLS: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()
+
+
+def pool_scope_key(ctx: GraphContext) -> Optional[tuple]:
+    """The key of the pool ``ctx``'s graph joins beyond itself (None: a pool of its own):
+    with ``pool_scope="device"`` its device and the calling rank (thread ranks of torch's
+    threaded process group share the process, never a pool)."""
+    if ctx.config.get("aclgraph_config.pool_scope") != "device":
+        return None
+    device = _graph_device(ctx)
+    index = device.index
+    if index is None and device.type != "cpu":
+        module = getattr(torch, device.type, None)
+        index = module.current_device() if hasattr(module, "current_device") else None
+    return ("device", device.type, index, calling_rank())
+
+
+def _joined(key: Optional[tuple], make: Callable[[], Any]) -> Any:
+    """The pool shared under ``key``, made by ``make`` on first use (None key: a fresh one)."""
+    if key is None:
+        return make()
+    pool = _SHARED_POOLS.get(key)
+    if pool is None:
+        pool = _SHARED_POOLS[key] = make()
+    return pool
+
+
 def device_factory(ctx: GraphContext) -> Optional[CaptureFactory]:
     """The device graph factory of ``ctx``'s device (None: its device has no graph capture)."""
     plat = _platform.for_device(graph_device_type(ctx))
     if not plat.has_graph_capture:
         return None
     custom, share = _shared_pool(ctx.config)
-    pool = custom if custom is not None or not share else plat.graph_pool_handle()
+    if custom is not None:  # every graph given this handle shares its pool
+        pool = _joined(("custom", custom), lambda: SharedPool(custom))
+    elif share:
+        pool = _joined(pool_scope_key(ctx), lambda: SharedPool(plat.graph_pool_handle()))
+    else:
+        pool = None
+    handle = pool.handle if pool is not None else None
     mode = ctx.config.get("npugraphex_config.capture_error_mode")
-    return CaptureFactory(lambda: DeviceGraph(plat, pool if share else None, mode), share)
+    return CaptureFactory(lambda: DeviceGraph(plat, handle, mode), share, pool)
 
 
 # -- the steps (the ``backend`` stages of the ACL rows) ------------------------------------
@@ -172,9 +227,7 @@ def capture_step(build: AclBuild) -> AclBuild:
                                 + [p.meta["val"] for p in values])
     factory = build.factory
     if factory is None and not _platform.for_device(graph_device_type(c)).has_graph_capture:
-        _, share = _shared_pool(c.config)
-        factory = stand_ins.capture_factory(graph_device_type(c), c.gm, c.graph_name, share,
-                                            build.opaque)
+        factory = _stand_in_factory(c, build.opaque)
     if factory is None:
         return build
     runner = None
@@ -190,6 +243,19 @@ def capture_step(build: AclBuild) -> AclBuild:
         runner.source = source
     return dataclasses.replace(build, factory=factory,
                                runner=runner if split is None else ValueIntRunner(split, runner))
+
+
+def _stand_in_factory(c: GraphContext, opaque: bool) -> Optional[CaptureFactory]:
+    """The CPU stand-in's factory; with ``pool_scope="device"`` it joins the stand-in pool of
+    the graph's device and rank (the first graph there starts it)."""
+    _, share = _shared_pool(c.config)
+    key = pool_scope_key(c) if share else None
+    joined = _SHARED_POOLS.get(key) if key is not None else None
+    factory = stand_ins.capture_factory(graph_device_type(c), c.gm, c.graph_name, share, opaque,
+                                        pool=joined)
+    if key is not None and joined is None and factory is not None and factory.pool is not None:
+        _SHARED_POOLS[key] = factory.pool
+    return factory
 
 
 def _runner_ctx(build: AclBuild) -> GraphContext:

@@ -26,6 +26,7 @@ replay's values (their tensor is preserved, they are not): ``.clone()`` before e
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -132,14 +133,50 @@ class PoolOutputs:
             watch[:] = [h for h in watch if id(h) not in gone]
 
 
-def pool_outputs_of(factory) -> PoolOutputs:
-    """The :class:`PoolOutputs` of the pool ``factory``'s graphs share (the stand-in's pool
-    object where factories join one, else the factory's own)."""
-    owner = factory.pool if hasattr(factory.pool, "__dict__") else factory
+class _PoolShare:
+    """One graph's part of a :class:`PoolOutputs` that several graphs' factories share
+    (``aclgraph_config.pool_scope="device"``, a user's pool): it passes each capture on to the
+    pool and remembers it, so the graph's captures leave every other graph's watch list when its
+    factory is dropped (with its runner) and the pool keeps none of its memory alive."""
+
+    __slots__ = ("pool", "owned")
+
+    def __init__(self, pool: PoolOutputs):
+        self.pool = pool
+        self.owned: List[List[Held]] = []
+
+    def add(self, own: List[Held]) -> List[Held]:
+        self.owned.append(own)
+        return self.pool.add(own)
+
+    def remove(self, own: List[Held]) -> None:
+        self.owned[:] = [o for o in self.owned if o is not own]
+        self.pool.remove(own)
+
+
+def _leave(pool: PoolOutputs, owned: List[List[Held]]) -> None:
+    for own in owned:
+        pool.remove(own)
+    owned.clear()
+
+
+def pool_outputs_of(factory):
+    """The :class:`PoolOutputs` of the pool ``factory``'s graphs share, kept by the pool
+    object itself (``factory.pool``: the stand-in's RecordPool, a device graph's shared pool;
+    else the factory's own). A pool joined by other factories is answered with this factory's
+    part of it (:class:`_PoolShare`), left when the factory is collected."""
+    pool = factory.pool
+    owner = pool if hasattr(pool, "__dict__") else factory
     found = owner.__dict__.get("_pool_outputs")
     if found is None:
         found = owner.__dict__["_pool_outputs"] = PoolOutputs()
-    return found
+    if owner is factory:
+        return found
+    share = factory.__dict__.get("_pool_share")
+    if share is None or share.pool is not found:
+        share = factory.__dict__["_pool_share"] = _PoolShare(found)
+        weakref.finalize(factory, _leave, found, share.owned)
+    return share
 
 
 class OutputLifetime:
