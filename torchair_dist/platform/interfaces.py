@@ -35,7 +35,7 @@ class CaptureSkipped(Exception):
         self.found = found
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity (Dynamo hashes callables)
 class InputFeed:
     """How a replay's caller inputs reach the buffers a graph was captured on (the runner's
     input policy, handed to :meth:`CaptureGraph.capture`).
@@ -149,8 +149,8 @@ class GeRuntime(abc.ABC):
 class CaptureFactory:
     """Makes the :class:`CaptureGraph` objects of one runner; ``shared_pool``: the graphs it
     makes share one memory pool (a replay may overwrite another capture's outputs); ``pool``:
-    that pool where a factory of another graph can join it (a stand-in's; None: none to
-    join)."""
+    that pool, where the factories of other graphs join it (``aclgraph_config.pool_scope``;
+    None: none to join)."""
 
     def __init__(self, make: Callable[[], CaptureGraph], shared_pool: bool, pool: Any = None):
         self.make = make

@@ -111,9 +111,11 @@ def pool_scope_key(ctx: GraphContext) -> Optional[tuple]:
         return None
     device = _graph_device(ctx)
     index = device.index
-    if index is None and device.type != "cpu":
+    if index is None:  # the current device of a device module (CPU has none)
         module = getattr(torch, device.type, None)
-        index = module.current_device() if hasattr(module, "current_device") else None
+        current = getattr(module, "current_device", None)
+        index = current() if callable(current) and _platform.for_device(
+            device.type).has_graph_capture else None
     return ("device", device.type, index, calling_rank())
 
 
