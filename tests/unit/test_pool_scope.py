@@ -278,8 +278,8 @@ def _piecewise_pool_bytes():
 
 def test_a_device_pool_whose_graphs_were_all_dropped_starts_afresh(monkeypatch):
     """Piece runners hang off FX's split module until the collector runs, and with them the
-    device pool; its captures are dropped with the graph, so a graph compiled after the reset
-    that joins it is charged the blocks again (a device frees a pool no graph uses)."""
+    device pool; a graph compiled after torch._dynamo.reset() starts a fresh pool (charged the
+    blocks again) instead of joining the dropped graph's."""
     # a pool of this test's own (graphs of earlier tests may still be alive in the device's)
     monkeypatch.setattr(acl_compile, "_SHARED_POOLS", weakref.WeakValueDictionary())
     gc.collect()
@@ -287,13 +287,17 @@ def test_a_device_pool_whose_graphs_were_all_dropped_starts_afresh(monkeypatch):
     try:
         first, f = _piecewise_pool_bytes()
         assert first > 0
+        old = acl_compile._SHARED_POOLS.get(("device", "cpu", None, None))
+        assert old is not None
         del f
         torch._dynamo.reset()
         torchair_dist.reset_capture_report()
-        stale = acl_compile._SHARED_POOLS.get(("device", "cpu", None, None))
-        assert stale is not None, "the pool waits for the collector (the case tested here)"
+        # the reset forgets the shared pools, though the dropped graph (held in a cycle until
+        # the collector runs) still holds its own
+        assert acl_compile._SHARED_POOLS.get(("device", "cpu", None, None)) is None
         again, f = _piecewise_pool_bytes()
-        assert acl_compile._SHARED_POOLS.get(("device", "cpu", None, None)) is stale
+        fresh = acl_compile._SHARED_POOLS.get(("device", "cpu", None, None))
+        assert fresh is not None and fresh is not old
         assert again == first, (again, first)
     finally:
         gc.enable()

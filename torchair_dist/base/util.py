@@ -141,6 +141,7 @@ PROCESS_STATE = {
     "torchair_dist.backends.aclgraph.report:_values": RESET,
     "torchair_dist.backends.aclgraph.report:_summary": RESET,
     "torchair_dist.backends.aclgraph.report:_events_added": RESET,
+    "torchair_dist.backends.aclgraph.compile:_SHARED_POOLS": RESET,
     "torchair_dist.pipeline.route:_graph_ids": RESET,
     "torchair_dist.pipeline.route:_warned_old_torch":
         "the once-per-process warning that thread ranks are tested from torch 2.13 (the torch "
@@ -148,9 +149,6 @@ PROCESS_STATE = {
     "torchair_dist.backends.aclgraph.inductor_kernels:_async_lowered":
         "the ops given an inductor lowering: inductor's lowering table lives as long as the "
         "process",
-    "torchair_dist.backends.aclgraph.compile:_SHARED_POOLS":
-        "the memory pools shared beyond one graph (pool_scope='device', a user's pool), held "
-        "weakly: a pool leaves with the last graph using it (torch._dynamo.reset() empties it)",
     "torchair_dist.backends.aclgraph.capture:_CAPTURE_STREAMS":
         "one capture stream per device, as torch's own graph capture keeps one",
     "torchair_dist.collectives.consistency:_check_counts":

@@ -18,7 +18,7 @@ import torch
 
 from ... import platform as _platform
 from ...base.dumps import dump_fx_graph
-from ...base.util import calling_rank
+from ...base.util import calling_rank, on_dynamo_reset
 from ...cpu import stand_ins
 from ...platform.interfaces import CaptureFactory, CollectiveTransport
 from ...passes.stream_ordering import EVENTS_ADDED
@@ -101,6 +101,14 @@ class SharedPool:
 # (``torch._dynamo.reset()``; a device frees a private pool once no graph uses it) and the next
 # capture starts a fresh one.
 _SHARED_POOLS: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()
+
+
+@on_dynamo_reset
+def _forget_shared_pools() -> None:
+    """Graphs compiled after ``torch._dynamo.reset()`` start a fresh pool, even where a graph
+    from before is still referenced somewhere (Dynamo keeps a resumed frame's compiled
+    function in its module's globals): the dropped graphs keep theirs until they go."""
+    _SHARED_POOLS.clear()
 
 
 def pool_scope_key(ctx: GraphContext) -> Optional[tuple]:
