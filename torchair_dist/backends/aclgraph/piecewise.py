@@ -307,7 +307,19 @@ class PiecewiseRunner:
     def __call__(self, args: List[Any]):
         declared = self.declared
         if declared.pending:  # each piece captures every declared size
-            declared.capture(args, lambda sized, size: self.split(*sized) is not None)
-        routed = declared.route(args, lambda a: self.split(*a), self.forward)
-        return list(self.split(*args)) if routed is None else routed
+            with declared.first_captures(args) as plan:
+                for size, sized, made_up in plan:
+                    try:
+                        self.split(*sized)
+                    except Exception as exc:  # noqa: BLE001 - a made-up one is reported
+                        if not made_up:
+                            raise
+                        declared.not_up_front(size, exc)
+        route = declared.route(args)
+        if route is None:
+            return list(self.split(*args))
+        if route.eager:
+            return self.forward(args)
+        with route.restoring():
+            return route.sliced(self.split(*route.args))
 

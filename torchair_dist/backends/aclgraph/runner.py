@@ -122,11 +122,20 @@ class AclGraphRunner:
             return self._uncaptured(args)
         declared = self.declared
         if declared.pending:
-            declared.capture(args, self._capture_declared)
-        if declared.batch is not None:
-            routed = declared.route(args, self._call, self.forward)
-            if routed is not None:
-                return routed
+            with declared.first_captures(args) as plan:
+                for size, sized, made_up in plan:
+                    try:
+                        self._capture_declared(sized)
+                    except Exception as exc:  # noqa: BLE001 - a made-up one is reported
+                        if not made_up:
+                            raise
+                        declared.not_up_front(size, exc)
+        route = declared.route(args)
+        if route is not None:
+            if route.eager:
+                return self.forward(args)
+            with route.restoring():
+                return route.sliced(self._call(route.args))
         key = self._key(args)
         entry = self.captures.get(key)
         if entry is None:
@@ -191,13 +200,12 @@ class AclGraphRunner:
                              graph_name=self.name)
         return entry, first
 
-    def _capture_declared(self, sized: List[Any], size: int) -> bool:
-        """One declared size's capture (DeclaredSizes.capture); False: not captured here."""
+    def _capture_declared(self, sized: List[Any]) -> None:
+        """One declared size's capture at the first call (a key captured already, or past the
+        capture limit: none)."""
         key = self._key(sized)
-        if key in self.captures or not self.limit.allows(len(self.captures)):
-            return False
-        self._capture_call(sized, key)
-        return True
+        if key not in self.captures and self.limit.allows(len(self.captures)):
+            self._capture_call(sized, key)
 
     def _uncaptured(self, args):
         if not self._warned_uncaptured:

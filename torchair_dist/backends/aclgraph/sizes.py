@@ -23,8 +23,9 @@ proven independent (:mod:`.pad_safety`).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import logging
 
@@ -233,30 +234,6 @@ def sliced(outputs: Sequence[Any], batch: BatchDim, n: int) -> List[Any]:
     return out
 
 
-def undeclared_call(graph: str, sizes: Sequence[int], pad: bool, pad_refused: bool,
-                    batch: BatchDim, args: Sequence[Any], n: int, run: Callable,
-                    eager: Callable, row_writes: Sequence[Any] = ()) -> List[Any]:
-    """A call of ``n`` rows, not a declared size: ``run`` on it padded up to the next declared
-    size and its outputs sliced back; else (padding off or refused, ``n`` above the largest)
-    ``eager`` on it, that call only. Both are counted in the capture summary. ``row_writes``:
-    rows of inputs the padding rows write (:mod:`.pad_safety`), restored after the call."""
-    from . import report
-
-    target = padded_size(sizes, n) if pad and not pad_refused else None
-    if target is None:
-        why = ("a mutated input has the batch dim" if pad_refused else
-               "above the largest declared size" if pad else "pad_to_capture_size is off")
-        report.eager_call(graph, n, why)
-        return eager(args)
-    report.padded(graph, n, target)
-    if not row_writes:
-        return sliced(list(run(resized(args, batch, target))), batch, n)
-    from .pad_safety import restoring_rows
-
-    with restoring_rows(args, row_writes, n, target):
-        return sliced(list(run(resized(args, batch, target))), batch, n)
-
-
 def padded_size(sizes: Sequence[int], n: int) -> Optional[int]:
     """The smallest declared size >= ``n`` (None: above the largest)."""
     ordered = sorted(sizes)
@@ -331,12 +308,12 @@ class DeclaredSizes:
     """A graph's declared capture sizes, and how a call is served by them: the one place both
     the capturing runner and the piecewise runner ask (``npugraphex_config.capture_sizes``).
 
-    ``capture(args, run)``: at the first call, ``run`` on ``args`` cut or padded to each
-    size this graph admits, largest first (a size another graph of the frame was compiled for,
-    such as Dynamo's graph for a batch of 1, is not admitted by this one's guards); inputs the
-    graph mutates are restored afterwards. ``route(args, run,
-    eager)``: None for a declared size (the caller serves it), else the padded or eager
-    result of that call."""
+    It plans, the runner carries out (no call back into the runner): ``first_captures(args)``
+    lists, at the first call, ``args`` cut or padded to each size this graph admits, largest
+    first (a size another graph of the frame was compiled for, such as Dynamo's graph for a
+    batch of 1, is not admitted by this one's guards), and restores the inputs the graph
+    mutates when the runner has captured them; ``route(args)`` is None for a declared size
+    (the runner serves it as it is), else a :class:`Route`: run eagerly, or padded."""
 
     def __init__(self, config, gm, examples, user_indices, mutated_indices, graph: str,
                  enabled: bool = True):
@@ -372,28 +349,20 @@ class DeclaredSizes:
 
             report.batch_dim(graph, self.batch.describe(), self.sizes)
 
-    def capture(self, args: Sequence[Any], run: Callable[[List[Any], int], bool]) -> None:
-        """``run(sized_args, size) -> captured?`` for every size still to capture."""
-        import sys
+    @contextlib.contextmanager
+    def first_captures(self, args: Sequence[Any]):
+        """The first call's plan: ``(size, sized_args, made_up)`` for every size this graph
+        captures up front, largest first (``made_up``: inputs cut or padded from this call's;
+        the caller captures each, and reports one it could not through :meth:`not_up_front`);
+        inputs the graph mutates are restored when the block ends."""
         import time
 
         self.pending = False
         saved = {i: args[i].clone() for i in self.mutated if isinstance(args[i], torch.Tensor)}
-        show = sys.stderr.isatty()
+        self._own = own = self.batch.size_of(args)
         started = time.perf_counter()
-        own = self.batch.size_of(args)
         try:
-            for done, size in enumerate(self.sizes):
-                if size == own:
-                    run(resized(args, self.batch, size), size)
-                elif not self._capture_made_up(args, run, size, own):
-                    continue
-                if show:
-                    print(f"\rtorchair_dist: {self.graph}: captured size {size} "
-                          f"({done + 1}/{len(self.sizes)}, {time.perf_counter() - started:.1f} s)",
-                          end="", file=sys.stderr, flush=True)
-            if show:
-                print(file=sys.stderr)
+            yield [(size, resized(args, self.batch, size), size != own) for size in self.sizes]
         finally:
             with torch.no_grad():
                 for i, value in saved.items():
@@ -401,36 +370,72 @@ class DeclaredSizes:
         log.info("%s: captured %d declared sizes in %.2f s", self.graph, len(self.sizes),
                  time.perf_counter() - started)
 
-    def _capture_made_up(self, args, run, size: int, own: int) -> bool:
-        """Capture ``size`` from this call's inputs cut or padded along the batch dim; where the
-        graph's other inputs are tied to the batch size (a KV length, offsets of the flattened
-        requests), such made-up inputs can fail: the size is then captured at its first real
-        call, named in one warning and in ``capture_summary()['declared_later']``."""
-        try:
-            run(resized(args, self.batch, size), size)
-            return True
-        except Exception as exc:  # noqa: BLE001 - reported, and the real call of it captures
-            from . import report
+    def not_up_front(self, size: int, exc: Exception) -> None:
+        """A made-up capture of ``size`` failed: where the graph's other inputs are tied to the
+        batch size (a KV length, offsets of the flattened requests), inputs cut or padded
+        from another call's do not fit; the size is captured at its first real call, named in
+        one warning and in ``capture_summary()['declared_later']``."""
+        from . import report
 
-            report.declared_later(self.graph, size)
-            if not self._warned_later:
-                self._warned_later = True
-                import warnings
+        report.declared_later(self.graph, size)
+        if self._warned_later:
+            return
+        self._warned_later = True
+        import warnings
 
-                first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-                warnings.warn(
-                    f"graph {self.graph}: declared capture size {size} cannot be captured "
-                    f"up front from a call of size {own} ({type(exc).__name__}: {first}): "
-                    f"other inputs depend on the batch size, so the made-up inputs do not fit "
-                    f"the graph. It is captured at its first call instead (and so is any "
-                    f"other size that fails the same way).", UserWarning, stacklevel=6)
-            return False
+        first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        warnings.warn(
+            f"graph {self.graph}: declared capture size {size} cannot be captured up front "
+            f"from a call of size {self._own} ({type(exc).__name__}: {first}): other inputs "
+            f"depend on the batch size, so the made-up inputs do not fit the graph. It is "
+            f"captured at its first call instead (and so is any other size that fails the "
+            f"same way).", UserWarning, stacklevel=4)
 
-    def route(self, args: Sequence[Any], run: Callable, eager: Callable):
+    def route(self, args: Sequence[Any]) -> Optional["Route"]:
+        """How a call is served: None for a declared size (or no batch dim: the caller serves
+        it as it is), else a :class:`Route`, counted in the capture summary."""
         if self.batch is None:
             return None
         n = self.batch.size_of(args)
         if n in self.sizes:
             return None
-        return undeclared_call(self.graph, self.sizes, self.pad, self.pad_refused, self.batch,
-                               args, n, run, eager, self.row_writes)
+        from . import report
+
+        target = padded_size(self.sizes, n) if self.pad and not self.pad_refused else None
+        if target is None:
+            why = ("a mutated input has the batch dim" if self.pad_refused else
+                   "above the largest declared size" if self.pad else
+                   "pad_to_capture_size is off")
+            report.eager_call(self.graph, n, why)
+            return Route(n, None)
+        report.padded(self.graph, n, target)
+        return Route(n, target, resized(args, self.batch, target), self.batch, self.row_writes,
+                     args)
+
+
+@dataclasses.dataclass
+class Route:
+    """A call of ``n`` rows, not a declared size: run eagerly (``target`` None), or run on
+    ``args`` padded up to ``target`` (:meth:`restoring` around it: the rows of inputs the
+    padding rows write, put back; :meth:`sliced`: the call's own rows of the outputs)."""
+
+    n: int
+    target: Optional[int]
+    args: Optional[List[Any]] = None
+    batch: Optional[BatchDim] = None
+    row_writes: Sequence[Any] = ()
+    original: Sequence[Any] = ()
+
+    @property
+    def eager(self) -> bool:
+        return self.target is None
+
+    def restoring(self):
+        if not self.row_writes:
+            return contextlib.nullcontext()
+        from .pad_safety import restoring_rows
+
+        return restoring_rows(self.original, self.row_writes, self.n, self.target)
+
+    def sliced(self, outputs) -> List[Any]:
+        return sliced(list(outputs), self.batch, self.n)
