@@ -101,50 +101,52 @@ def _repeat_interleave(spec: OpSpec):
     return run
 
 
+def _ncdhw_pads(spec: OpSpec, default=None) -> list:
+    """The symmetric pads (one per spatial dim) of an NCDHW op; other layouts and asymmetric
+    pads are refused by name."""
+    if spec.attr("data_format", "NDHWC") != "NCDHW":
+        raise GeRuntimeError(f"{spec.type} {spec.name!r}: only NCDHW is implemented")
+    pads = list(spec.attr("pads", default))
+    if pads[::2] != pads[1::2]:
+        raise GeRuntimeError(f"{spec.type} {spec.name!r}: asymmetric pads")
+    return pads[::2]
+
+
 @kernel("AvgPool3DGrad")
 def _avg_pool3d_grad(spec: OpSpec):
-    if spec.attr("data_format", "NDHWC") != "NCDHW":
-        raise GeRuntimeError(f"AvgPool3DGrad {spec.name!r}: only NCDHW is implemented")
+    pads = _ncdhw_pads(spec)
     k, s = list(spec.attr("ksize"))[2:], list(spec.attr("strides"))[2:]
-    pads = list(spec.attr("pads"))
-    if pads[::2] != pads[1::2]:
-        raise GeRuntimeError(f"AvgPool3DGrad {spec.name!r}: asymmetric pads")
     ceil, include = bool(spec.attr("ceil_mode", False)), bool(spec.attr("count_include_pad", True))
     divisor = int(spec.attr("divisor_override", 0)) or None
 
     def run(shape, grad):
         x = torch.zeros(ints(shape), dtype=grad.dtype)
-        return aten.avg_pool3d_backward(grad, x, k, s, pads[::2], ceil, include, divisor)
+        return aten.avg_pool3d_backward(grad, x, k, s, pads, ceil, include, divisor)
     return run
 
 
-def _ncdhw_geometry(spec: OpSpec):
-    if spec.attr("data_format", "NDHWC") != "NCDHW":
-        raise GeRuntimeError(f"{spec.type} {spec.name!r}: only NCDHW is implemented")
-    pads = list(spec.attr("pads", [0] * 6))
-    if pads[::2] != pads[1::2]:
-        raise GeRuntimeError(f"{spec.type} {spec.name!r}: asymmetric pads")
-    return (list(spec.attr("strides"))[2:], pads[::2],
-            list(spec.attr("dilations", [1] * 5))[2:], int(spec.attr("groups", 1)))
+def _conv3d_grad(spec: OpSpec, which: int):
+    """Conv3DBackpropInput (``which`` 0: inputs ``input_size, w, grad``) or
+    Conv3DBackpropFilter (1: ``x, filter_size, grad``): the size input only gives a shape."""
+    pad = _ncdhw_pads(spec, [0] * 6)
+    stride = list(spec.attr("strides"))[2:]
+    dilation = list(spec.attr("dilations", [1] * 5))[2:]
+    groups = int(spec.attr("groups", 1))
+    wanted = [which == 0, which == 1, False]
+
+    def run(a, b, grad):
+        x = grad.new_empty(ints(a)) if which == 0 else a
+        w = grad.new_empty(ints(b)) if which == 1 else b
+        return aten.convolution_backward(grad, x, w, None, stride, pad, dilation, False,
+                                         [0, 0, 0], groups, wanted)[which]
+    return run
 
 
 @kernel("Conv3DBackpropInput")
 def _conv3d_input_grad(spec: OpSpec):
-    stride, pad, dilation, groups = _ncdhw_geometry(spec)
-
-    def run(input_size, w, grad):
-        x = grad.new_empty(ints(input_size))  # only its shape is read for the input grad
-        return aten.convolution_backward(grad, x, w, None, stride, pad, dilation, False,
-                                         [0, 0, 0], groups, [True, False, False])[0]
-    return run
+    return _conv3d_grad(spec, 0)
 
 
 @kernel("Conv3DBackpropFilter")
 def _conv3d_filter_grad(spec: OpSpec):
-    stride, pad, dilation, groups = _ncdhw_geometry(spec)
-
-    def run(x, filter_size, grad):
-        w = grad.new_empty(ints(filter_size))  # only its shape is read for the filter grad
-        return aten.convolution_backward(grad, x, w, None, stride, pad, dilation, False,
-                                         [0, 0, 0], groups, [False, True, False])[1]
-    return run
+    return _conv3d_grad(spec, 1)
