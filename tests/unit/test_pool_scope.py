@@ -17,6 +17,7 @@ from torchair_dist import CompilerConfig, get_npu_backend
 from torchair_dist.backends.aclgraph import compile as acl_compile
 from torchair_dist.cpu.record_pool import RecordPool
 from torchair_dist.base.torch_support import torch_at_least
+from test_output_lifetime import _Attend  # the piecewise decode step of those tests
 
 pytestmark = pytest.mark.usefixtures("record_capture")
 
@@ -249,20 +250,6 @@ def test_thread_ranks_never_share_a_pool(runners):
     for r in runners:
         by_pool.setdefault(id(r.graph_factory.pool), []).append(r)
     assert len(by_pool) == 2 and all(len(rs) == 2 for rs in by_pool.values()), by_pool
-
-
-class _Attend(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.q = torch.nn.Linear(16, 16)
-        self.o = torch.nn.Linear(16, 16)
-
-    def forward(self, x, k, v):
-        b = x.shape[0]
-        q = self.q(x).view(b, 1, 2, 8).transpose(1, 2)
-        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
-        return torch.relu(self.o(a.transpose(1, 2).reshape(b, 1, 16))) + x
 
 
 def _piecewise_pool_bytes():

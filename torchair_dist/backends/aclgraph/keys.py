@@ -53,9 +53,10 @@ class CaptureKey:
                 self.key = lambda args: ((args[only].shape,), ())
             else:
                 self.key = lambda args: (tuple([args[i].shape for i in shapes]), ())
-        elif plain:
+        elif plain and all(isinstance(examples[i], torch.Tensor) for i in ptrs):
+            # parameters and buffers: tensors on every call (AOT's calling convention)
             self.key = lambda args: (tuple([args[i].shape for i in shapes]),
-                                     tuple([_ptr(args[i]) for i in ptrs]))
+                                     tuple([args[i].data_ptr() for i in ptrs]))
         else:
             readers = tuple(_shape_reader(i, examples[i]) for i in shapes)
             self.key = lambda args: (tuple([read(args) for read in readers]),
