@@ -115,7 +115,9 @@ def test_output_clone_makes_no_preserving_copy():
     assert _copies() == 0
 
 
-def test_a_dropped_graph_frees_its_memory_without_the_cycle_collector(monkeypatch):
+def weak_runners(monkeypatch) -> list:
+    """Weak references to every ACL runner made from now on (the runners fixture holds them
+    strongly, which would keep a dropped graph alive)."""
     made = []
     orig = runner_mod.AclGraphRunner.__init__
 
@@ -124,6 +126,11 @@ def test_a_dropped_graph_frees_its_memory_without_the_cycle_collector(monkeypatc
         made.append(weakref.ref(self))
 
     monkeypatch.setattr(runner_mod.AclGraphRunner, "__init__", spy)
+    return made
+
+
+def test_a_dropped_graph_frees_its_memory_without_the_cycle_collector(monkeypatch):
+    made = weak_runners(monkeypatch)
     gc.collect()
     gc.disable()
     try:

@@ -17,7 +17,7 @@ from torchair_dist import CompilerConfig, get_npu_backend
 from torchair_dist.backends.aclgraph import compile as acl_compile
 from torchair_dist.cpu.record_pool import RecordPool
 from torchair_dist.base.torch_support import torch_at_least
-from test_output_lifetime import _Attend  # the piecewise decode step of those tests
+from test_output_lifetime import _Attend, weak_runners  # the piecewise decode step
 
 pytestmark = pytest.mark.usefixtures("record_capture")
 
@@ -120,16 +120,7 @@ def test_graph_scope_does_not_overwrite_another_graphs_outputs(runners):
 
 
 def test_a_dropped_graph_leaves_the_device_pool_without_the_collector(monkeypatch):
-    from torchair_dist.backends.aclgraph import runner as runner_mod
-
-    made = []
-    orig = runner_mod.AclGraphRunner.__init__
-
-    def spy(self, *a, **k):
-        orig(self, *a, **k)
-        made.append(weakref.ref(self))
-
-    monkeypatch.setattr(runner_mod.AclGraphRunner, "__init__", spy)
+    made = weak_runners(monkeypatch)
     # a pool of this test's own (graphs of earlier tests may still be alive in the device's)
     monkeypatch.setattr(acl_compile, "_SHARED_POOLS", weakref.WeakValueDictionary())
     gc.collect()
