@@ -28,6 +28,9 @@ VARIABLES: Dict[str, tuple] = {
                                        "program order (default), side streams as early or as "
                                        "late as the graph's events allow, or a seeded random "
                                        "order they allow; data edges alone do not order"),
+    "TORCHAIR_DIST_CPU_PLACE": ("1 | 0", "0: the record stand-in re-issues every recorded op on "
+                                "fresh memory instead of placing intermediates and views at "
+                                "capture as a device graph does (default 1; for comparison)"),
     "TORCHAIR_DIST_CHECK_STREAM_ORDER": ("0 | 1", "1: check every compiled graph's cross-stream "
                                          "data edges for an ordering (as "
                                          "debug.check_stream_order)"),

@@ -148,6 +148,9 @@ PRIVATE_APIS: Dict[str, str] = {
                 "_fft)",
     "torch._C.TensorBase": "the record replay's probe of Python bindings (tensor methods)",
     "torch._C.TensorType": "the record replay's probe of Python bindings (schema types)",
+    "torch._C._dispatch_has_kernel_for_dispatch_key": "the record replay places an "
+                                                      "intermediate only through an out= "
+                                                      "form with a CPU kernel of its own",
     "torch._C._distributed_c10d": "_register_work: a p2p op's Work waited by wait_tensor",
     "torch._C._is_any_autocast_enabled": "AOT's direct call only where autocast is off",
     "torch._C._is_torch_function_mode_enabled": "CPU stand-ins replay without the user's modes",

@@ -81,7 +81,7 @@ def capture_factory(gm: torch.fx.GraphModule, graph_name: str, share_pool: bool,
             pool = None
         elif not isinstance(pool, RecordPool):
             pool = RecordPool()
-        return CaptureFactory(lambda: RecordGraph(gm, pool), share_pool, pool)
+        return CaptureFactory(lambda: RecordGraph(gm, pool, graph_name), share_pool, pool)
     if stand_in == "emulate":
         return CaptureFactory(EmulatedGraph, False)
     return None

@@ -42,6 +42,7 @@ import torch.distributed as dist
 import torch.fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..base.envvars import env_choice
 from ..base.layout import copy_into
 from ..platform.interfaces import CaptureGraph, CaptureSkipped, Uncapturable
 from ..passes.stream_rewrite import where
@@ -50,6 +51,8 @@ from ..passes.graph_info import mutated_input_indices
 from .bindings import fast_call as _fast_call
 from .concurrency import reordered_body, stream_order
 from .record_pool import RecordPool, peak_bytes
+from .record_static import Arena, StaticPlan, plan as static_plan
+from .concurrency import _tensors
 
 
 _HOST_CALLS = ("barrier", "monitored_barrier")
@@ -210,6 +213,15 @@ class _Codegen:
         self.lines.append(f"    {name} = {self._call(call, args, kwargs)}")
         self.bind(out, name)
 
+    def emit_placed(self, func, args, kwargs, out, target: torch.Tensor) -> None:
+        """The op that makes ``out``, writing ``target`` (placed at capture) through its
+        ``out=`` overload (:mod:`.record_static`)."""
+        name = self.names[id(target)] = self.const(target)
+        self.names[id(out)] = name
+        kwargs = {**kwargs, "out": target}
+        call, args = _fast_call(_out_overload(func, out), args, kwargs)
+        self.lines.append(f"    {self._call(call, args, kwargs)}")
+
     def _call(self, call, args, kwargs) -> str:
         parts = [self.expr(a) for a in args]
         parts += [f"{k}={self.expr(v)}" for k, v in kwargs.items()]
@@ -228,6 +240,20 @@ def _out_overload(func, out) -> Optional[torch._ops.OpOverload]:
 
 
 _OUT_OVERLOADS: Dict[Any, Optional[torch._ops.OpOverload]] = {}
+_OUT_KERNELS: Dict[Any, bool] = {}
+
+
+def _kernel_out_overload(func, out) -> Optional[torch._ops.OpOverload]:
+    """:func:`_out_overload` where the ``out=`` form has a CPU kernel of its own (not the
+    generated wrapper that runs the functional op and copies its result into ``out``: for an
+    intermediate that is a copy more than the fresh result)."""
+    found = _out_overload(func, out)
+    if found is None:
+        return None
+    if found not in _OUT_KERNELS:
+        _OUT_KERNELS[found] = torch._C._dispatch_has_kernel_for_dispatch_key(
+            found.name(), "CPU")
+    return found if _OUT_KERNELS[found] else None
 
 
 def _find_out_overload(func) -> Optional[torch._ops.OpOverload]:
@@ -254,7 +280,8 @@ class RecordGraph(CaptureGraph):
     values, without the copy); otherwise the feed copies them into the buffers first, as on a
     device. Every other input is read from its captured buffer."""
 
-    def __init__(self, gm: torch.fx.GraphModule, pool: Optional[RecordPool] = None):
+    def __init__(self, gm: torch.fx.GraphModule, pool: Optional[RecordPool] = None,
+                 name: str = "graph"):
         self.gm = gm
         self.pool = pool
         self.feed = None
@@ -267,6 +294,9 @@ class RecordGraph(CaptureGraph):
         self.peak_bytes: Optional[int] = None
         self.added_bytes: Optional[int] = None
         self.reads_caller = False
+        self.name = name
+        self.arena_bytes = 0  # the bytes of the arena its placed intermediates use
+        self._arena: Optional[Arena] = None
         self._buffers: List[Any] = []
         self._consts: List[Any] = []
 
@@ -315,10 +345,14 @@ class RecordGraph(CaptureGraph):
         order = stream_order()
         reordered = reordered_body(gen, entries, inputs, outputs, order) \
             if order.reorders else None
+        placed = None
         if reordered is not None:
             gen.lines = reordered
         else:
-            for func, args, kwargs, out in entries:
+            placed = self._placed(entries, inputs, outputs, fed)
+            for k, (func, args, kwargs, out) in enumerate(entries):
+                if placed is not None and self._emit_placed(gen, placed, k, func, args, kwargs):
+                    continue
                 gen.emit(counter, func, args, kwargs, out, into)
         self.stream_order = str(order) if reordered is not None else "program"
         self.pool_outputs = []
@@ -334,7 +368,13 @@ class RecordGraph(CaptureGraph):
                 sync.append(f"    if {new} is not {static} and not same_view({static}, {new}):")
                 sync.append(f"        copy_into({static}, {new})")
         body = _free_dead_values(gen.lines + sync)
-        self.source = _closure_source(len(gen.consts), body)
+        arena = None
+        if placed is not None and placed.arena_bytes:
+            arena = (gen.const(self.arena), gen.const(self.arena.lock.acquire),
+                     gen.const(self.arena.lock.release))
+            self.arena_bytes = placed.arena_bytes
+        name = gen.const(self.name)
+        self.source = _closure_source(len(gen.consts), body, arena, name)
         namespace: Dict[str, Any] = {"is_grad": torch.is_grad_enabled,
                                      "set_grad": torch._C._set_grad_enabled,
                                      "same_view": _same_view, "copy_into": copy_into,
@@ -348,6 +388,40 @@ class RecordGraph(CaptureGraph):
         self._consts = gen.consts
         self.peak_bytes = peak_bytes(entries, inputs, outputs)
         self.ops = [entry[0] for entry in entries]  # what a replay issues, in order
+
+    @property
+    def arena(self) -> Arena:
+        """The arena this graph's intermediates are placed in: its pool's, else its own."""
+        if self.pool is not None:
+            return self.pool.arena
+        if self._arena is None:
+            self._arena = Arena()
+        return self._arena
+
+    def _placed(self, entries, inputs, outputs, fed) -> Optional[StaticPlan]:
+        """The record's placement (:mod:`.record_static`) over this graph's arena."""
+        if env_choice("TORCHAIR_DIST_CPU_PLACE", ("0", "1"), "1") == "0":
+            return None
+        found = static_plan(entries, inputs, outputs, fed, _kernel_out_overload)
+        if found is None:
+            return None
+        storage = self.arena.storage_for(found.arena_bytes) if found.arena_bytes else None
+        return found.bound(storage)
+
+    @staticmethod
+    def _emit_placed(gen: "_Codegen", placed: StaticPlan, k: int, func, args, kwargs) -> bool:
+        """Emit (or, for a view made at capture, bind) the record's op ``k`` by the placement;
+        False: the op is re-issued as recorded."""
+        views = placed.views.get(k)
+        if views is not None:
+            for recorded, view in views:
+                gen.names[id(recorded)] = gen.const(view)
+            return True
+        target = placed.targets.get(k)
+        if target is not None:
+            gen.emit_placed(func, args, kwargs, *target)
+            return True
+        return False
 
     def pool_bytes(self) -> Optional[int]:
         """The model of what this capture added to a device pool: the most bytes its recorded
@@ -388,25 +462,34 @@ def _free_dead_values(lines: List[str]) -> List[str]:
     return out
 
 
-def _closure_source(n_consts: int, body: List[str]) -> str:
+def _closure_source(n_consts: int, body: List[str], arena: Optional[tuple] = None,
+                    name: str = "'graph'") -> str:
     """``make(K)`` binds the constants to locals K0..Kn and returns ``replay(A)``, which runs
-    ``body`` with grad mode off and no torch-function mode (see :mod:`.bindings`)."""
+    ``body`` with grad mode off and no torch-function mode (see :mod:`.bindings`); ``arena``:
+    the constants holding an :class:`~.record_static.Arena`, its lock's acquire and release:
+    the lock is held while the body runs (held already: ``ArenaBusy``)."""
+    local = (lambda expr: _CONST.sub(lambda m: f"K{m.group(1)}", expr))
     head = ["def make(K):"] + [f"    K{i} = K[{i}]" for i in range(n_consts)]
     head += ["    me = []",
              "    def replay(A):",
              "        if modes_on():",
-             "            return without_modes(me[0](), A)",
-             "        grad = is_grad()",
+             "            return without_modes(me[0](), A)"]
+    if arena is not None:  # (the arena, its lock's acquire, release)
+        head += [f"        if not {local(arena[1])}(False):",
+                 f"            raise {local(arena[0])}.busy_error({local(name)})"]
+    head += ["        grad = is_grad()",
              "        if grad:",
              "            set_grad(False)",
              "        try:"]
-    code = [_CONST.sub(lambda m: f"K{m.group(1)}", "        " + line) for line in body]
+    code = [local("        " + line) for line in body]
     tail = ["            pass",  # an empty record
-            "        finally:",
-            "            if grad:",
-            "                set_grad(True)",
-            "    me.append(weak(replay))",
-            "    return replay", ""]
+            "        finally:"]
+    if arena is not None:
+        tail += [f"            {local(arena[2])}()"]
+    tail += ["            if grad:",
+             "                set_grad(True)",
+             "    me.append(weak(replay))",
+             "    return replay", ""]
     return "\n".join(head + code + tail)
 
 

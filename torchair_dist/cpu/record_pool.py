@@ -14,6 +14,7 @@ from typing import Dict, List
 import torch
 
 from .concurrency import _tensors
+from .record_static import Arena
 
 
 class RecordPool:
@@ -28,6 +29,7 @@ class RecordPool:
         self._fresh: Dict[int, weakref.ref] = {}
         self._position: Dict[int, int] = {}  # id(graph) -> its capture position
         self._last = -1  # the position of the graph that ran last: none after it is fresh
+        self.arena = Arena()  # where its graphs place their intermediates (.record_static)
 
     def add(self, graph, peak: int) -> int:
         """A new capture; returns the bytes it added to the pool. A pool none of whose graphs
@@ -39,6 +41,7 @@ class RecordPool:
             self._fresh.clear()
             self._position.clear()
             self.reserved = 0
+            self.arena = Arena()
         self._position[id(graph)] = len(self.graphs)
         self._fresh[len(self.graphs)] = weakref.ref(graph)
         self.graphs.append(weakref.ref(graph))

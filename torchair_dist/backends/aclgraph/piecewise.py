@@ -91,17 +91,18 @@ class Piece:
     runner: Any = None  # the piece's AclGraphRunner (captured pieces)
 
 
-class _CapturedPiece(torch.nn.Module):
-    """What the split graph calls for a captured piece: its runner (boxed)."""
-
-    def __init__(self, runner: AclGraphRunner, single: bool):
-        super().__init__()
-        self.runner = runner
-        self.single = single  # the piece returns one value, not a tuple (torch 2.11's split)
-
-    def forward(self, *args):
-        outs = self.runner(list(args))
-        return outs[0] if self.single else tuple(outs)
+def _captured_piece(runner: AclGraphRunner, single: bool) -> Callable:
+    """What the split graph calls for a captured piece: its runner (boxed), as a plain
+    function in the split module's ``__dict__`` (no module call on the way to a replay);
+    ``single``: the piece returns one value, not a tuple (torch 2.11's split)."""
+    if single:
+        def piece(*args):
+            return runner(list(args))[0]
+    else:
+        def piece(*args):
+            return tuple(runner(list(args)))
+    piece.runner = runner
+    return piece
 
 
 def _split(gm: torch.fx.GraphModule, part: Dict[torch.fx.Node, int]) -> torch.fx.GraphModule:
@@ -175,7 +176,8 @@ def build_piecewise(ctx: GraphContext, make_forward: Callable, factory: CaptureF
         with _piece_compile():
             forward = make_forward(pctx)[0]
         runner = AclGraphRunner(forward, pctx, pfactory, declared_sizes=False)
-        setattr(split, call.target, _CapturedPiece(runner, single))
+        delattr(split, call.target)  # the piece's module: its runner runs it now
+        split.__dict__[call.target] = _captured_piece(runner, single)
         pieces.append(Piece(name, sub, True, runner))
     split.recompile()
     log.debug("%s: piecewise: %d pieces, %d run eagerly (%s)", ctx.graph_name, len(pieces),
@@ -276,6 +278,7 @@ class PiecewiseRunner:
         cfg = ctx.config
         self.name = ctx.graph_name
         self.split = split
+        self._run = split.forward  # the split graph's code, without a module call around it
         self.pieces = pieces
         self.forward = forward  # the whole graph uncaptured: for sizes run eagerly
         self._mutated = sorted(set(ctx.mutated_input_indices))
@@ -310,16 +313,16 @@ class PiecewiseRunner:
             with declared.first_captures(args) as plan:
                 for size, sized, made_up in plan:
                     try:
-                        self.split(*sized)
+                        self._run(*sized)
                     except Exception as exc:  # noqa: BLE001 - a made-up one is reported
                         if not made_up:
                             raise
                         declared.not_up_front(size, exc)
         route = declared.route(args)
         if route is None:
-            return list(self.split(*args))
+            return list(self._run(*args))
         if route.eager:
             return self.forward(args)
         with route.restoring():
-            return route.sliced(self.split(*route.args))
+            return route.sliced(self._run(*route.args))
 
