@@ -31,6 +31,8 @@ every variant alike rather than on whichever ran then. A child that fails gets i
 its row; one silent for ``--child-timeout`` seconds is killed and named. ``--sequential`` runs
 every variant in this process instead, one after the other (``torch._dynamo.reset()`` between
 them), each its warm-up then its rounds: for debugging, its timings drift between variants.
+One intra-op thread by default (``--threads``): on a shared 2-core machine, rounds run with 2
+threads were bimodal, some 25x slower than the rest, whenever other load met them.
 Printed: tokens/s (median over rounds), p50/p99 time between a request's consecutive tokens,
 warm-up time, captures and graph memory (``torchair_dist.capture_summary()``), frames compiled
 after the warm-up (0 expected: the engine deep-copies its configs, our backend survives
@@ -87,8 +89,10 @@ def parse_args(argv=None):
                    help="seconds a variant's child may take to answer (start, warm-up, one "
                         "round) before it is killed as hung")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads (1 keeps timings stable on a shared machine)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads in each variant's process (0: torch's default). "
+                        "1 keeps timings stable on a shared machine: with every core's worth of "
+                        "threads, a round that meets other load ran up to 25x slower")
     p.add_argument("--plot", default=None, help="write the plot (PNG) here")
     p.add_argument("--json", default=None, help="write every row as JSON here")
     args = p.parse_args(argv)
@@ -589,6 +593,7 @@ def main(argv=None) -> int:
           f"torch {torch.__version__}; {len(requests)} requests, rate {args.rate}/step of "
           f"{args.step_ms} ms (last arrival at {requests[-1].arrival * args.step_ms:.0f} ms), "
           f"token sizes {token_sizes(args)}, {args.rounds} rounds, "
+          f"{args.threads or 'torch default'} intra-op thread(s), "
           f"{'sequential' if args.sequential else 'interleaved, one process per variant'}",
           flush=True)
     if args.sequential:
