@@ -49,7 +49,7 @@ serve: $(STAMP)
 	  launch/serve.py --plot $(SERVE_OUT)/serve.png --json $(SERVE_OUT)/serve.json $(ARGS)
 
 # The same request stream served by transformers' own engine (launch/serve_engine.py: continuous
-# batching of token batches, paged KV cache), eager / inductor / ours side by side, one process;
+# batching of token batches, paged KV cache), eager / inductor / ours side by side, a process each;
 # writes $(SERVE_OUT)/serve_engine.png and serve_engine.json. ARGS as for serve.
 serve-engine: $(STAMP)
 	mkdir -p $(SERVE_OUT)
