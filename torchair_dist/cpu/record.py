@@ -52,7 +52,6 @@ from .bindings import fast_call as _fast_call
 from .concurrency import reordered_body, stream_order
 from .record_pool import RecordPool, peak_bytes
 from .record_static import Arena, StaticPlan, plan as static_plan
-from .concurrency import _tensors
 
 
 _HOST_CALLS = ("barrier", "monitored_barrier")
@@ -468,7 +467,9 @@ def _closure_source(n_consts: int, body: List[str], arena: Optional[tuple] = Non
     ``body`` with grad mode off and no torch-function mode (see :mod:`.bindings`); ``arena``:
     the constants holding an :class:`~.record_static.Arena`, its lock's acquire and release:
     the lock is held while the body runs (held already: ``ArenaBusy``)."""
-    local = (lambda expr: _CONST.sub(lambda m: f"K{m.group(1)}", expr))
+    def local(expr: str) -> str:
+        return _CONST.sub(lambda m: f"K{m.group(1)}", expr)
+
     head = ["def make(K):"] + [f"    K{i} = K[{i}]" for i in range(n_consts)]
     head += ["    me = []",
              "    def replay(A):",
