@@ -88,6 +88,11 @@ def parse_args(argv=None):
     p.add_argument("--child-timeout", type=float, default=900.0,
                    help="seconds a variant's child may take to answer (start, warm-up, one "
                         "round) before it is killed as hung")
+    p.add_argument("--layer-ints", choices=("static", "dynamic"), default="static",
+                   help="Dynamo's treatment of integer module attributes (the attention's "
+                        "layer_idx), in every variant: static (torch's default: one attention "
+                        "graph per layer, and past Dynamo's recompile limit the attention runs "
+                        "eagerly) or dynamic (allow_unspec_int_on_nn_module: one for all layers)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads in each variant's process (0: torch's default). "
@@ -179,6 +184,7 @@ class VariantRunner:
         self.model = build_model(args.preset, args.seed) if model is None else model
         self.checksum = weights_checksum(self.model)
         torch.set_grad_enabled(False)  # this thread's; the engine's thread runs in no_grad too
+        torch._dynamo.config.allow_unspec_int_on_nn_module = args.layer_ints == "dynamic"
         torch._dynamo.reset()
         torchair_dist.reset_capture_report()
         self.manager, self._frames = None, 0

@@ -13,7 +13,8 @@ thread, so they pick *one* order those orderings allow:
 
 Data edges are not orderings: a consumer may be scheduled before its producer, and then reads
 what the producer's buffer holds (the record stand-in keeps every value in a slot that
-survives replays: last replay's value, or poison — NaN, ``-12345``, ``True`` — on the first).
+survives replays: last replay's value, or poison — NaN, ``-12345`` (a narrow integer type's
+largest value), ``True`` — on the first).
 With a non-program order the record stand-in also
 
 * poisons a captured intermediate's memory where the capture frees it (on its allocation
@@ -108,12 +109,18 @@ def poison(value: Any) -> None:
     if not isinstance(value, torch.Tensor) or value.numel() == 0:
         return
     with torch.no_grad():
-        if value.is_floating_point() or value.is_complex():
-            value.fill_(float("nan"))
-        elif value.dtype == torch.bool:
-            value.fill_(True)
-        else:
-            value.fill_(-12345)
+        value.fill_(poison_value(value.dtype))
+
+
+def poison_value(dtype: torch.dtype):
+    """What poisoned memory of ``dtype`` holds: NaN, ``True``, ``-12345`` (an integer type too
+    narrow for it: its largest value)."""
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    info = torch.iinfo(dtype)
+    return -12345 if info.min <= -12345 else info.max
 
 
 def poisoned_like(value: Any) -> Any:

@@ -11,9 +11,7 @@ import weakref
 from typing import Dict, List
 
 
-import torch
-
-from .concurrency import _tensors
+from .concurrency import _tensors, poison_value
 from .record_static import Arena
 
 
@@ -73,9 +71,7 @@ def _fills(graph) -> List[tuple]:
     fills = graph.__dict__.get("_poison_fills")
     if fills is None:
         fills = graph.__dict__["_poison_fills"] = [
-            (t, float("nan") if t.is_floating_point() or t.is_complex() else
-             True if t.dtype == torch.bool else -12345)
-            for t in graph.pool_outputs if t.numel()]
+            (t, poison_value(t.dtype)) for t in graph.pool_outputs if t.numel()]
     return fills
 
 

@@ -233,6 +233,10 @@ class NpuFxCompiler:
         # per input of Dynamo's graph: eager's version bumps per call (pipeline.aot)
         self.version_bumps: Optional[Dict[int, int]] = None
 
+    # A backward graph is compiled (and run) when autograd reaches it: under a user's compiled
+    # frame (torch.autograd.grad inside torch.compile) Dynamo would trace this library's own
+    # frames, graph-breaking at every step, unless they are disabled for it.
+    @torch._dynamo.disable
     def __call__(self, gm: torch.fx.GraphModule, example_inputs, is_inference: bool = True,
                  is_backward: bool = False):
         cfg = self.config
@@ -247,6 +251,10 @@ class NpuFxCompiler:
         self.handles.append(compiled.handle)
         runner = compiled.runner
         if is_backward:
+            boxed = getattr(runner, "_boxed_call", False)
+            runner = torch._dynamo.disable(runner)  # run by autograd, maybe in a user frame
+            if boxed:
+                runner._boxed_call = True
             return runner
         return keep_input_versions(
             runner, cfg.get("experimental_config.keep_inference_input_mutations"),
