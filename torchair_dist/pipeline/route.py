@@ -236,7 +236,7 @@ class NpuFxCompiler:
     # A backward graph is compiled (and run) when autograd reaches it: under a user's compiled
     # frame (torch.autograd.grad inside torch.compile) Dynamo would trace this library's own
     # frames, graph-breaking at every step, unless they are disabled for it.
-    @torch._dynamo.disable
+    @torch.compiler.disable
     def __call__(self, gm: torch.fx.GraphModule, example_inputs, is_inference: bool = True,
                  is_backward: bool = False):
         cfg = self.config
@@ -252,7 +252,7 @@ class NpuFxCompiler:
         runner = compiled.runner
         if is_backward:
             boxed = getattr(runner, "_boxed_call", False)
-            runner = torch._dynamo.disable(runner)  # run by autograd, maybe in a user frame
+            runner = torch.compiler.disable(runner)  # run by autograd, maybe in a user frame
             if boxed:
                 runner._boxed_call = True
             return runner

@@ -147,7 +147,7 @@ class AclGraphRunner:
         return self.outputs.returned(entry, entry.outputs) if self.outputs.copies else handed
 
     # -- capture ----------------------------------------------------------------------------
-    @torch._dynamo.disable  # a capture is never Dynamo's to trace (route.NpuFxCompiler)
+    @torch.compiler.disable  # a capture is never Dynamo's to trace (route.NpuFxCompiler)
     def _capture_call(self, args: List[Any], key, old: CaptureEntry = None, reason: str = ""):
         """Capture ``key`` (again, replacing ``old``, for ``reason``) and return this call's
         outputs."""
