@@ -266,6 +266,7 @@ class NpuFxCompiler:
     def forward(self, gm, example_inputs):
         return self(gm, example_inputs, is_inference=False)
 
+    @torch.compiler.disable  # AOT compiles a backward lazily, maybe under a user's frame
     def backward(self, gm, example_inputs):
         return self(gm, example_inputs, is_inference=False, is_backward=True)
 
