@@ -50,6 +50,7 @@ from ..base.util import without_function_modes
 from ..passes.graph_info import mutated_input_indices
 from .bindings import fast_call as _fast_call
 from .concurrency import reordered_body, stream_order
+from .out_forms import kernel_out_overload, out_overload as _out_overload
 from .record_pool import RecordPool, peak_bytes
 from .record_static import Arena, StaticPlan, plan as static_plan
 
@@ -227,50 +228,6 @@ class _Codegen:
         return f"{self.const(call)}({', '.join(parts)})"
 
 
-def _out_overload(func, out) -> Optional[torch._ops.OpOverload]:
-    """The ``out=`` overload of the functional aten op ``func`` taking the same arguments, for
-    a plain (non-view) tensor result; None otherwise."""
-    if (not isinstance(out, torch.Tensor) or not isinstance(func, torch._ops.OpOverload)
-            or func.namespace != "aten" or out._base is not None):
-        return None
-    if func not in _OUT_OVERLOADS:
-        _OUT_OVERLOADS[func] = _find_out_overload(func)
-    return _OUT_OVERLOADS[func]
-
-
-_OUT_OVERLOADS: Dict[Any, Optional[torch._ops.OpOverload]] = {}
-_OUT_KERNELS: Dict[Any, bool] = {}
-
-
-def _kernel_out_overload(func, out) -> Optional[torch._ops.OpOverload]:
-    """:func:`_out_overload` where the ``out=`` form has a CPU kernel of its own (not the
-    generated wrapper that runs the functional op and copies its result into ``out``: for an
-    intermediate that is a copy more than the fresh result)."""
-    found = _out_overload(func, out)
-    if found is None:
-        return None
-    if found not in _OUT_KERNELS:
-        _OUT_KERNELS[found] = torch._C._dispatch_has_kernel_for_dispatch_key(
-            found.name(), "CPU")
-    return found if _OUT_KERNELS[found] else None
-
-
-def _find_out_overload(func) -> Optional[torch._ops.OpOverload]:
-    schema = func._schema
-    if schema.is_mutable or len(schema.returns) != 1:
-        return None
-    want = [(a.name, str(a.type)) for a in schema.arguments]
-    packet = func.overloadpacket
-    for name in packet.overloads():
-        candidate = getattr(packet, name)
-        args = candidate._schema.arguments
-        outs = [a for a in args if a.is_out]
-        if (len(outs) == 1 and outs[0].name == "out" and
-                [(a.name, str(a.type)) for a in args if not a.is_out] == want):
-            return candidate
-    return None
-
-
 class RecordGraph(CaptureGraph):
     """Capture by recording dispatched ops; replay re-issues them on the captured buffers.
 
@@ -401,7 +358,7 @@ class RecordGraph(CaptureGraph):
         """The record's placement (:mod:`.record_static`) over this graph's arena."""
         if env_choice("TORCHAIR_DIST_CPU_PLACE", ("0", "1"), "1") == "0":
             return None
-        found = static_plan(entries, inputs, outputs, fed, _kernel_out_overload)
+        found = static_plan(entries, inputs, outputs, fed, kernel_out_overload)
         if found is None:
             return None
         storage = self.arena.storage_for(found.arena_bytes) if found.arena_bytes else None

@@ -101,7 +101,6 @@ def _captured_piece(runner: AclGraphRunner, single: bool) -> Callable:
     else:
         def piece(*args):
             return tuple(runner(list(args)))
-    piece.runner = runner
     return piece
 
 
